@@ -1,0 +1,177 @@
+"""Environment configs (one pydantic model per backend), presets and ``-c key=value`` overrides.
+
+A config comes from a preset name (``environments/<name>.yaml``, shipped in the wheel), a YAML
+file path, or a dict; keyword arguments and ``-c`` overrides are applied on top, then the
+backend's model validates it. Every model forbids unknown keys, so a misspelt key is an error that
+names the field and the allowed ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from swe_sandbox.errors import ConfigError
+
+#: Set in every sandbox unless the config's ``env`` overrides them: nothing waits for a terminal
+#: (pagers, editors, prompts) and Python output keeps its order (DESIGN.md §1).
+DEFAULT_ENV: dict[str, str] = {
+    "PAGER": "cat",
+    "MANPAGER": "cat",
+    "GIT_PAGER": "cat",
+    "SYSTEMD_PAGER": "cat",
+    "LESS": "-R",
+    "TERM": "dumb",
+    "EDITOR": "true",
+    "VISUAL": "true",
+    "GIT_EDITOR": "true",
+    "GIT_TERMINAL_PROMPT": "0",
+    "DEBIAN_FRONTEND": "noninteractive",
+    "PIP_PROGRESS_BAR": "off",
+    "PIP_NO_INPUT": "1",
+    "TQDM_DISABLE": "1",
+    "PYTHONUNBUFFERED": "1",
+}
+SANDBOX_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class EnvironmentConfig(BaseModel):
+    """Fields every backend shares."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: str
+    """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.environments.BACKENDS``)."""
+    timeout: float | None = Field(60.0, gt=0)
+    """Default per-command timeout in seconds; ``execute(timeout=...)`` overrides it. ``None``: no limit."""
+    cwd: str = ""
+    """Working directory for commands when ``execute`` gets none; empty: the backend's default."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the sandbox (on top of ``DEFAULT_ENV``)."""
+    forward_env: list[str] = Field(default_factory=list)
+    """Names of host variables copied into the sandbox; nothing else of the host's environment enters."""
+    max_output_bytes: int = Field(10 << 20, ge=1024)
+    """Output kept per command, in bytes (head + tail halves); the rest is dropped and counted."""
+    start_timeout: float = Field(60.0, gt=0)
+    """Seconds to wait for the sandbox and its runner to come up."""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _scalars_to_str(cls, value: Any) -> Any:
+        """``-c environment.env.N=1`` parses ``1`` as a number; environment values are strings."""
+        if isinstance(value, Mapping):
+            return {k: v if isinstance(v, str) or v is None or isinstance(v, (dict, list)) else str(v)
+                    for k, v in value.items()}
+        return value
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel], section: str) -> str:
+    """One line per problem, each naming the field (``environment.timeout: ...``)."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in (section, *err["loc"]) if p != "")
+        if err["type"] == "extra_forbidden":
+            allowed = ", ".join(sorted(model.model_fields))
+            lines.append(f"{where}: unknown field (allowed: {allowed})")
+        else:
+            lines.append(f"{where}: {err['msg']} (got {err.get('input')!r})")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def validate(model: type[BaseModel], data: Mapping[str, Any], section: str = "environment"):
+    """Validate ``data`` with ``model``.
+
+    Raises:
+        ConfigError: naming every bad field, with the allowed fields for unknown ones.
+    """
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, model, section)) from None
+
+
+def data_dir(kind: str) -> Path:
+    """Folder of shipped YAML files (``kind`` is ``"environments"`` or ``"config"``).
+
+    Installed wheels carry them as package data (``swe_sandbox/_data``); a source checkout uses the
+    repository's top-level folders.
+    """
+    packaged = Path(__file__).parent / "_data" / kind
+    return packaged if packaged.is_dir() else Path(__file__).resolve().parents[2] / kind
+
+
+def preset_names() -> list[str]:
+    """Names of the shipped environment presets."""
+    return sorted(p.stem for p in data_dir("environments").glob("*.yaml"))
+
+
+def load_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path}: expected a mapping at top level")
+    return data
+
+
+def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """Return the raw environment config for a preset name, YAML path, or dict.
+
+    A YAML file may hold the environment config at top level or under an ``environment:`` key
+    (a full run config). A preset's ``backend`` defaults to its name.
+
+    Raises:
+        ConfigError: unknown preset or unreadable file.
+    """
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    path = Path(spec)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        data = load_yaml(path)
+        return dict(data.get("environment", data))
+    preset = data_dir("environments") / f"{spec}.yaml"
+    if not preset.is_file():
+        raise ConfigError(f"unknown environment {spec!r}: not a file, and the presets are {preset_names()}")
+    data = load_yaml(preset)
+    data.setdefault("backend", str(spec))
+    return data
+
+
+def apply_overrides(data: dict[str, Any], pairs: list[str], section: str | None = None) -> dict[str, Any]:
+    """Apply ``key.sub=value`` pairs to a nested dict (values parsed as YAML scalars).
+
+    Args:
+        data: the config to change (changed in place and returned).
+        pairs: ``-c`` values such as ``environment.timeout=5`` or ``environment.env.FOO=bar``.
+        section: when given, every key must start with ``section.``, which is stripped.
+
+    Raises:
+        ConfigError: a pair without ``=`` or outside ``section``.
+    """
+    import yaml
+
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"override {pair!r}: expected key=value")
+        parts = key.split(".")
+        if section is not None:
+            if parts[0] != section or len(parts) < 2:
+                raise ConfigError(f"override {pair!r}: key must start with '{section}.'")
+            parts = parts[1:]
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {pair!r}: {part} is not a section")
+        node[parts[-1]] = value
+    return data

@@ -1,0 +1,69 @@
+"""Backends, found by name through a lazy registry (no backend module or SDK is imported early).
+
+Third-party backends register in the entry-point group ``swe_sandbox.environments``::
+
+    [project.entry-points."swe_sandbox.environments"]
+    mycloud = "mypkg.env:MyCloudEnvironment"
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any, Mapping
+
+from swe_sandbox.config import apply_overrides, load_environment_config, validate
+from swe_sandbox.errors import ConfigError
+
+BACKENDS: dict[str, str] = {
+    "local": "swe_sandbox.environments.local:LocalEnvironment",
+    "bwrap": "swe_sandbox.environments.bwrap:BwrapEnvironment",
+}
+ENTRY_POINT_GROUP = "swe_sandbox.environments"
+
+
+def backend_names() -> list[str]:
+    """Built-in backend names followed by those registered through entry points."""
+    from importlib.metadata import entry_points
+
+    extra = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BACKENDS]
+    return [*BACKENDS, *sorted(extra)]
+
+
+def environment_class(name: str) -> type:
+    """Import and return the Environment class of backend ``name``.
+
+    Raises:
+        ConfigError: no such backend (the message lists the known ones).
+    """
+    target = BACKENDS.get(name)
+    if target is None:
+        from importlib.metadata import entry_points
+
+        target = next((ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name), None)
+    if target is None:
+        raise ConfigError(f"environment.backend: unknown backend {name!r} (known: {', '.join(backend_names())})")
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def get_environment(config: str | Path | Mapping[str, Any] = "local", overrides: list[str] = (), **kwargs: Any):
+    """Build an environment (not started yet: it starts on first use).
+
+    Args:
+        config: a preset name (``"local"``, ``"bwrap"``, ...), a YAML file, or a dict.
+        overrides: ``-c`` style ``environment.key=value`` strings, applied before ``kwargs``.
+        **kwargs: config fields that override the preset (e.g. ``timeout=30``).
+
+    Returns:
+        Environment: use it as a context manager, or call ``close()``.
+
+    Raises:
+        ConfigError: unknown preset or backend, or an invalid field (named in the message).
+    """
+    data = apply_overrides(load_environment_config(config), list(overrides), section="environment")
+    data.update(kwargs)
+    if "backend" not in data:
+        raise ConfigError("environment.backend: missing (e.g. backend: bwrap)")
+    cls = environment_class(str(data["backend"]))
+    return cls(validate(cls.config_class, data))

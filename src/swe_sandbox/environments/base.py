@@ -1,0 +1,322 @@
+"""The host side of every backend: one ``execute`` on top of the in-sandbox runner.
+
+A backend fills in a few primitives (invoke's ``Runner`` style):
+
+- ``_open_channel()``: start the sandbox, start ``python3 -c BOOTSTRAP`` in it, return a
+  ``Channel`` (bytes to and from that process);
+- ``_stop()``: remove the sandbox (idempotent);
+- ``upload`` / ``download`` where the backend has its own way to move files.
+
+Everything in DESIGN.md §1 happens in ``swe_sandbox.runner``; this module only frames requests,
+waits, turns a lost runner into ``SandboxDied`` and recognises the submission sentinel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import struct
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+from swe_sandbox import runner
+from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
+from swe_sandbox.errors import ProtocolError, SandboxDied, SandboxError, SandboxStartError, Submitted
+
+SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+#: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
+#: runner itself answers within timeout + ~0.6 s; this only catches a frozen or lost runner.
+HOST_GRACE_S = 10.0
+_RUNNER_SOURCE: bytes | None = None
+
+
+def runner_payload() -> bytes:
+    """What a transport writes to ``python3 -c BOOTSTRAP``'s stdin: length line + runner source."""
+    global _RUNNER_SOURCE
+    if _RUNNER_SOURCE is None:
+        _RUNNER_SOURCE = Path(runner.__file__).read_bytes()
+    return b"%d\n" % len(_RUNNER_SOURCE) + _RUNNER_SOURCE
+
+
+def find_submission(output: str, returncode: int) -> str | None:
+    """Return the submission if ``output`` submits (first non-empty line is the sentinel), else None."""
+    if returncode != 0:
+        return None
+    rest = output
+    while rest:
+        line, newline, after = rest.partition("\n")
+        if line.strip():
+            return after if line.rstrip("\r") == SUBMIT_SENTINEL else None
+        rest = after
+    return None
+
+
+class Channel:
+    """Bytes to and from the runner process of one sandbox, over a child process's pipes.
+
+    Backends whose runner is reached otherwise (a socket, an SSH channel) subclass it and
+    override ``_write`` and ``_read_some``.
+    """
+
+    def __init__(self, proc: subprocess.Popen, stderr_file=None):
+        self.proc = proc
+        self.stderr_file = stderr_file
+        self._buf = bytearray()
+
+    def _write(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def _read_some(self, timeout: float | None) -> bytes | None:
+        """Bytes available within ``timeout`` seconds (b"" at end of file, None on timeout)."""
+        fd = self.proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            if not sel.select(timeout):
+                return None
+        return os.read(fd, 1 << 20)
+
+    def send(self, obj: dict[str, Any]) -> None:
+        data = json.dumps(obj).encode()
+        try:
+            self._write(struct.pack(">I", len(data)) + data)
+        except (OSError, ValueError) as exc:
+            raise SandboxDied(f"the sandbox is gone (cannot write to its runner: {exc}). {self.diagnose()}") from None
+
+    def recv(self, timeout: float | None) -> dict[str, Any]:
+        """Next frame from the runner.
+
+        Raises:
+            SandboxDied: end of file, or nothing within ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        size = None
+        while True:
+            if size is None and len(self._buf) >= 4:
+                (size,) = struct.unpack(">I", self._buf[:4])
+            if size is not None and len(self._buf) >= 4 + size:
+                frame = bytes(self._buf[4 : 4 + size])
+                del self._buf[: 4 + size]
+                try:
+                    return json.loads(frame)
+                except ValueError as exc:
+                    raise ProtocolError(f"bad frame from runner: {exc}") from None
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise SandboxDied(f"the sandbox stopped answering (no reply within {timeout:.0f} s)")
+            try:
+                data = self._read_some(left)
+            except OSError as exc:
+                raise SandboxDied(f"the sandbox is gone ({exc}). {self.diagnose()}") from None
+            if data == b"":
+                raise SandboxDied(f"the sandbox is gone (its runner exited). {self.diagnose()}")
+            if data:
+                self._buf += data
+
+    def diagnose(self) -> str:
+        """What the runner process left behind: exit status and the tail of its stderr."""
+        parts = []
+        code = self.proc.poll()
+        if code is not None:
+            parts.append(f"exit status {code}")
+        if self.stderr_file is not None:
+            try:
+                self.stderr_file.seek(0)
+                tail = self.stderr_file.read()[-2000:].decode("utf-8", "replace").strip()
+            except (OSError, ValueError):
+                tail = ""
+            if tail:
+                parts.append(f"stderr: {tail}")
+        return "; ".join(parts)
+
+    def close(self, wait: float = 2.0) -> None:
+        """Ask the runner to end every process it started, then make sure it is gone."""
+        try:
+            self.proc.stdin.close()  # end of file: the runner kills what commands left, then exits
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        for stream in (self.proc.stdout, self.stderr_file):
+            if stream is not None:
+                stream.close()
+
+
+def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None) -> Channel:
+    """Start ``argv`` (ending in ``python3 -c BOOTSTRAP``) as a child process and hand it the runner.
+
+    Raises:
+        SandboxStartError: the process could not be started.
+    """
+    stderr_file = tempfile.TemporaryFile()
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
+            env=env, cwd=cwd, start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        stderr_file.close()
+        raise SandboxStartError(f"cannot start {argv[0]}: {exc}") from None
+    channel = Channel(proc, stderr_file)
+    try:
+        channel._write(runner_payload())
+    except OSError:
+        pass  # it died at once; the ready wait below reports why
+    return channel
+
+
+class Environment:
+    """Base class of every backend (mini-swe-agent's Environment protocol, plus ``close``).
+
+    Use it as a context manager, or call ``close()``: closing ends every process the sandbox's
+    commands started and removes the sandbox. The sandbox starts on first use.
+
+    Attributes:
+        config (EnvironmentConfig): the validated config.
+    """
+
+    config_class: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
+    #: One line for ``swe-sandbox check`` and the docs: what this backend isolates.
+    isolation: ClassVar[str] = ""
+
+    def __init__(self, config: EnvironmentConfig):
+        self.config = config
+        self._channel: Channel | None = None
+        self._closed = False
+        self.info: dict[str, Any] = {}
+
+    # -- primitives backends provide -------------------------------------------------------------
+    def _open_channel(self) -> Channel:
+        raise NotImplementedError
+
+    def _stop(self) -> None:
+        """Remove whatever the sandbox left on the host (idempotent)."""
+
+    @classmethod
+    def unavailable_reason(cls) -> str | None:
+        """Why this backend cannot run on this host, or None when it can."""
+        return None
+
+    # -- shared ----------------------------------------------------------------------------------
+    def sandbox_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        """The sandbox's environment: ``base``, ``DEFAULT_ENV``, ``forward_env``, then ``env``."""
+        env = dict(base or {})
+        env.update(DEFAULT_ENV)
+        env.update({k: os.environ[k] for k in self.config.forward_env if k in os.environ})
+        env.update(self.config.env)
+        return env
+
+    def start(self) -> None:
+        """Start the sandbox and its runner now (``execute`` does it on first use).
+
+        Raises:
+            SandboxStartError: the sandbox or runner did not come up within ``start_timeout``.
+            SandboxError: the environment was closed.
+        """
+        if self._closed:
+            raise SandboxError("this environment is closed")
+        if self._channel is not None:
+            return
+        channel = self._open_channel()
+        try:
+            ready = channel.recv(self.config.start_timeout)
+        except SandboxError as exc:
+            channel.close(wait=0.5)
+            self._stop()
+            raise SandboxStartError(f"{type(self).__name__}: the runner did not start: {exc}") from None
+        if ready.get("op") != "ready":
+            channel.close(wait=0.5)
+            raise ProtocolError(f"expected the runner's ready frame, got {ready!r}")
+        self.info = ready
+        self._channel = channel
+
+    def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
+        """Run one command in a fresh ``bash -c`` inside the sandbox (DESIGN.md §1).
+
+        Args:
+            action: ``{"command": str}``; other keys are ignored. A plain string is accepted too.
+            cwd: working directory inside the sandbox; empty: ``config.cwd``, else the sandbox default.
+            timeout: seconds; None: ``config.timeout``.
+
+        Returns:
+            dict: ``output`` (str), ``returncode`` (int; 128+N on signal N, -1 if unfinished),
+            ``exception_info`` (str), ``extra`` (``timed_out``, ``truncated``, ``output_bytes``,
+            ``dropped_bytes``, ``duration_s``).
+
+        Raises:
+            Submitted: the output's first non-empty line is the sentinel and returncode is 0.
+            SandboxDied: the sandbox died or vanished (the environment is closed then).
+            SandboxStartError: the sandbox could not be started.
+        """
+        command = action if isinstance(action, str) else action.get("command")
+        if not isinstance(command, str):
+            raise TypeError(f"action must be {{'command': str}}, got {action!r}")
+        timeout = self.config.timeout if timeout is None else timeout
+        self.start()
+        request = {
+            "op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
+            "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
+        }
+        try:
+            self._channel.send(request)
+            reply = self._channel.recv(None if timeout is None else timeout + HOST_GRACE_S)
+        except SandboxDied:
+            self.close()
+            raise
+        if reply.get("op") != "result":
+            raise ProtocolError(f"expected a result frame, got {reply!r}")
+        result = {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
+        submission = find_submission(result["output"], result["returncode"])
+        if submission is not None:
+            raise Submitted(submission, result)
+        return result
+
+    def close(self) -> None:
+        """End every process started in the sandbox and remove it. Idempotent."""
+        self._closed = True
+        channel, self._channel = self._channel, None
+        try:
+            if channel is not None:
+                channel.close()
+        finally:
+            self._stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        """Variables for the agent's templates: the config fields and the runner's facts."""
+        return {**self.config.model_dump(), **self.info, **kwargs}
+
+    def serialize(self) -> dict[str, Any]:
+        """mini-swe-agent's shape: ``{"info": {"config": {"environment": ..., "environment_type": ...}}}``."""
+        kind = f"{type(self).__module__}.{type(self).__name__}"
+        return {"info": {"config": {"environment": self.config.model_dump(mode="json"), "environment_type": kind}}}
+
+    def upload(self, src: str | os.PathLike, dst: str) -> None:
+        """Copy a host file or directory ``src`` to ``dst`` inside the sandbox."""
+        raise NotImplementedError(f"{type(self).__name__} has no upload")
+
+    def download(self, src: str, dst: str | os.PathLike) -> None:
+        """Copy a file or directory ``src`` inside the sandbox to ``dst`` on the host."""
+        raise NotImplementedError(f"{type(self).__name__} has no download")
+
+
+def copy_path(src: Path, dst: Path) -> None:
+    """Copy a file or a directory tree (symlinks kept, existing directories merged)."""
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+    else:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)

@@ -1,0 +1,47 @@
+"""Backend ``local``: the runner as a child process on the host. No isolation at all.
+
+Commands run as the calling user, with the host's files and network. Only the execute contract
+holds (timeouts, tree kill, output order and cap, empty stdin). The host environment is not
+forwarded except ``PASSTHROUGH_ENV`` (needed for tools to work), plus ``env`` and ``forward_env``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from swe_sandbox.config import EnvironmentConfig
+from swe_sandbox.environments.base import Channel, Environment, copy_path, spawn_runner
+from swe_sandbox.runner import BOOTSTRAP
+
+#: Host variables the local backend keeps: locale, identity and search path, never credentials.
+PASSTHROUGH_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+
+
+class LocalConfig(EnvironmentConfig):
+    """Config of the ``local`` backend."""
+
+    backend: str = "local"
+    python: str = ""
+    """Interpreter that runs the runner; empty: the one running swe-sandbox."""
+
+
+class LocalEnvironment(Environment):
+    """Runs commands directly on the host (no isolation; for trusted commands and development)."""
+
+    config_class = LocalConfig
+    isolation = "none: commands run on the host as you, with your files and network"
+    config: LocalConfig
+
+    def _open_channel(self) -> Channel:
+        base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        argv = [self.config.python or sys.executable, "-c", BOOTSTRAP]
+        return spawn_runner(argv, self.sandbox_env(base), cwd=self.config.cwd or None)
+
+    def upload(self, src, dst) -> None:
+        copy_path(Path(src), Path(dst))
+
+    def download(self, src, dst) -> None:
+        copy_path(Path(src), Path(dst))
+

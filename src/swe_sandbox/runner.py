@@ -1,0 +1,455 @@
+"""The in-sandbox runner: the execute contract (DESIGN.md §1), implemented once.
+
+This file is sent as source to ``python3`` inside the sandbox (see ``BOOTSTRAP``) and must stay
+stdlib-only and valid on Python >= 3.6: no annotations, no f-strings with ``=``, no walrus.
+
+Protocol (both directions): a frame is a 4-byte big-endian length followed by that many bytes of
+UTF-8 JSON. The host sends ``{"op": "exec", "command": str, "cwd": str, "env": {str: str},
+"timeout": float | null, "max_output_bytes": int}`` or ``{"op": "close"}``; the runner answers
+``{"op": "ready", ...}`` once at start and one ``{"op": "result", ...}`` per ``exec``. The command
+travels as payload; it reaches bash through a private file, never through argv.
+
+Per command the runner:
+- spawns ``bash -c`` in a new session (its own process group, no controlling terminal), stdin
+  ``/dev/null``, stdout and stderr on ONE pipe so their order is kept;
+- tags the command's environment with a per-command token so descendants that left the process
+  group (``setsid``) are still found in ``/proc`` on a timeout;
+- reads the pipe into a bounded head + tail buffer, whatever the command prints;
+- returns when the shell exits, after a short drain; a background job still holding the pipe is
+  handed to a thread that discards its output, so it neither blocks nor gets ``EPIPE``;
+- on timeout kills the whole tree (process group, descendants, token holders) with SIGKILL.
+The runner is a child subreaper, so orphans are re-parented to it and reaped; when its stdin
+closes (host gone or ``close``) it kills every process any command started, then exits.
+"""
+
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+PROTOCOL_VERSION = 1
+#: How the transport starts the runner: ``python3 -c BOOTSTRAP``, then writes the decimal length
+#: of the runner source, a newline, and the source itself on the runner's stdin.
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "exec(compile(b.read(n),'swe-sandbox-runner','exec'))"
+)
+RUN_TOKEN_VAR = "SWE_SANDBOX_RUN"
+CMD_TOKEN_VAR = "SWE_SANDBOX_CMD"
+#: After the shell exits, keep reading output for at most this long (seconds) ...
+DRAIN_MAX_S = 0.25
+#: ... or until the pipe has been silent this long (seconds).
+DRAIN_IDLE_S = 0.05
+#: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
+KILL_COLLECT_S = 0.3
+READ_CHUNK = 1 << 20
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def write_frame(stream, obj):
+    data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace")
+    stream.write(struct.pack(">I", len(data)) + data)
+    stream.flush()
+
+
+def read_frame(stream):
+    """Return the next decoded frame, or None at end of file."""
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    (size,) = struct.unpack(">I", header)
+    data = stream.read(size)
+    if len(data) < size:
+        return None
+    return json.loads(data.decode("utf-8"))
+
+
+class OutputBuffer(object):
+    """Keeps the first and last ``cap // 2`` bytes of a stream and counts the rest."""
+
+    def __init__(self, cap):
+        self.head_cap = cap // 2
+        self.tail_cap = cap - self.head_cap
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data):
+        self.total += len(data)
+        room = self.head_cap - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > 2 * self.tail_cap:
+                del self.tail[: len(self.tail) - self.tail_cap]
+
+    def text(self):
+        """Return ``(text, dropped_bytes)``; cuts fall on UTF-8 character boundaries."""
+        tail = self.tail[len(self.tail) - self.tail_cap:] if len(self.tail) > self.tail_cap else self.tail
+        head = self.head
+        if self.total == len(head) + len(tail):
+            return bytes(head + tail).decode("utf-8", "replace"), 0
+        head = head[: utf8_cut(head)]
+        skip = 0
+        while skip < min(3, len(tail)) and tail[skip] & 0xC0 == 0x80:
+            skip += 1
+        tail = tail[skip:]
+        dropped = self.total - len(head) - len(tail)
+        marker = "\n[swe-sandbox: output truncated, %d bytes dropped]\n" % dropped
+        text = bytes(head).decode("utf-8", "replace") + marker + bytes(tail).decode("utf-8", "replace")
+        return text, dropped
+
+
+def utf8_cut(buf):
+    """Return the largest length <= len(buf) that does not end inside a multi-byte character."""
+    n = len(buf)
+    for back in range(1, min(4, n) + 1):
+        byte = buf[n - back]
+        if byte & 0xC0 == 0x80:
+            continue  # continuation byte: keep looking for the lead byte
+        if byte & 0x80 == 0:
+            return n  # ASCII: nothing open
+        need = 2 if byte >= 0xC0 and byte < 0xE0 else 3 if byte < 0xF0 else 4
+        return n if back >= need else n - back
+    return n
+
+
+def proc_table():
+    """Return ``{pid: (ppid, pgid)}`` for every live (non-zombie) process visible in /proc."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return table
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields and fields[0] not in (b"Z", b"X"):
+            table[int(name)] = (int(fields[1]), int(fields[2]))
+    return table
+
+
+def has_token(pid, marker):
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return marker in b"\0" + f.read()
+    except OSError:
+        return False
+
+
+def find_tree(table, roots=(), pgid=None, marker=None):
+    """Pids of ``roots``' descendants, of process group ``pgid`` and of ``marker`` holders."""
+    me = os.getpid()
+    found = set()
+    for pid, (ppid, group) in table.items():
+        if pid == me:
+            continue
+        if (pgid is not None and group == pgid) or (marker and has_token(pid, marker)):
+            found.add(pid)
+    frontier = set(roots) | found
+    while frontier:
+        frontier = set(p for p, (pp, _) in table.items() if pp in frontier and p != me) - found
+        found |= frontier
+    found.discard(me)
+    return found
+
+
+def kill_tree(roots=(), pgid=None, marker=None):
+    """SIGKILL the tree until nothing of it is left (bounded rounds, so a fork bomb ends too)."""
+    if pgid is not None:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except OSError:
+            pass
+    for _ in range(20):
+        victims = find_tree(proc_table(), roots, pgid, marker)
+        if not victims:
+            return
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in victims:
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        time.sleep(0.005)
+
+
+def discard(fd):
+    """Read ``fd`` to end of file, throwing the data away, then close it."""
+    try:
+        while os.read(fd, READ_CHUNK):
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Runner(object):
+    def __init__(self, stdin, stdout):
+        self.stdin = stdin
+        self.stdout = stdout
+        self.run_id = "%d-%s" % (os.getpid(), os.urandom(6).hex())
+        self.seq = 0
+        self.closing = False
+        self.requests = []
+        self.cond = threading.Condition()
+        self.wake_r, self.wake_w = os.pipe()
+        self.tmpdir = None
+
+    # -- plumbing -----------------------------------------------------------------------------
+    def wake(self):
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass
+
+    def read_requests(self):
+        """Reader thread: queue frames from the host; end of file means the host is gone."""
+        while True:
+            try:
+                frame = read_frame(self.stdin)
+            except (OSError, ValueError):
+                frame = None
+            with self.cond:
+                if frame is None or frame.get("op") == "close":
+                    self.closing = True
+                else:
+                    self.requests.append(frame)
+                self.cond.notify()
+            self.wake()
+            if self.closing:
+                return
+
+    def next_request(self):
+        with self.cond:
+            while not self.requests and not self.closing:
+                self.cond.wait()
+            return None if self.closing else self.requests.pop(0)
+
+    def command_file(self, command):
+        if self.tmpdir is None or not os.path.isdir(self.tmpdir):
+            self.tmpdir = tempfile.mkdtemp(prefix="swe-sandbox-runner-")
+        path = os.path.join(self.tmpdir, "cmd-%d" % self.seq)
+        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(command)
+        return path
+
+    # -- one command ----------------------------------------------------------------------------
+    def run(self, req):
+        self.seq += 1
+        started = time.monotonic()
+        cwd = req.get("cwd") or os.getcwd()
+        if not os.path.isdir(cwd):
+            msg = "swe-sandbox: working directory %s does not exist" % cwd
+            return self.result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
+        token = "%s.%d" % (self.run_id, self.seq)
+        env = dict(os.environ)
+        env.update(req.get("env") or {})
+        env[RUN_TOKEN_VAR] = self.run_id
+        env[CMD_TOKEN_VAR] = token
+        path = self.command_file(req["command"])
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                ["bash", "-c", 'eval "$(< %s)"' % path],
+                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                cwd=cwd, env=env, start_new_session=True, close_fds=True,
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            msg = "swe-sandbox: could not start bash: %s" % exc
+            return self.result(msg + "\n", 127, msg, started, OutputBuffer(1 << 20))
+        finally:
+            os.close(write_fd)
+        marker = ("%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
+        try:
+            return self.collect(req, proc, read_fd, marker, started)
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def collect(self, req, proc, read_fd, marker, started):
+        buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
+        exited = threading.Event()
+
+        def wait():
+            proc.wait()
+            exited.set()
+            self.wake()
+
+        threading.Thread(target=wait, daemon=True).start()
+        timeout = req.get("timeout")
+        deadline = None if timeout is None else started + float(timeout)
+        sel = selectors.DefaultSelector()
+        sel.register(read_fd, selectors.EVENT_READ, "out")
+        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+        eof = timed_out = False
+        drain_end = None
+        last_data = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
+                timed_out = not self.closing
+                kill_tree([proc.pid], proc.pid, marker)
+                eof = self.read_until(sel, read_fd, buf, now + KILL_COLLECT_S, eof)
+                exited.wait(1.0)
+                break
+            if exited.is_set():
+                if eof:
+                    break
+                if drain_end is None:
+                    drain_end = now + DRAIN_MAX_S
+                if now >= drain_end or now - last_data >= DRAIN_IDLE_S:
+                    break
+            waits = [t for t in (deadline, drain_end) if t is not None]
+            if drain_end is not None:
+                waits.append(last_data + DRAIN_IDLE_S)
+            wait_s = max(0.0, min(waits) - now) if waits else None
+            for key, _ in sel.select(wait_s):
+                if key.data == "wake":
+                    os.read(self.wake_r, 4096)
+                elif not eof:
+                    data = os.read(read_fd, READ_CHUNK)
+                    if data:
+                        buf.feed(data)
+                        last_data = time.monotonic()
+                    else:
+                        eof = True
+                        sel.unregister(read_fd)
+        sel.close()
+        if eof:
+            os.close(read_fd)
+        else:
+            threading.Thread(target=discard, args=(read_fd,), daemon=True).start()
+        if timed_out:
+            msg = "Command timed out after %s seconds" % _num(timeout)
+            return self.result(None, -1, msg, started, buf, timed_out=True)
+        if self.closing:
+            return self.result(None, -1, "The sandbox was closed during the command", started, buf)
+        code = proc.returncode
+        return self.result(None, 128 - code if code < 0 else code, "", started, buf)
+
+    def read_until(self, sel, read_fd, buf, until, eof):
+        """After a kill: read what is left until end of file or ``until``; return eof."""
+        while not eof:
+            now = time.monotonic()
+            if now >= until:
+                break
+            for key, _ in sel.select(until - now):
+                if key.data == "wake":
+                    os.read(self.wake_r, 4096)
+                    continue
+                data = os.read(read_fd, READ_CHUNK)
+                if not data:
+                    eof = True
+                    sel.unregister(read_fd)
+                    break
+                buf.feed(data)
+        return eof
+
+    def result(self, text, returncode, info, started, buf, timed_out=False):
+        if text is not None:
+            buf.feed(text.encode("utf-8"))
+        output, dropped = buf.text()
+        return {
+            "op": "result",
+            "output": output,
+            "returncode": returncode,
+            "exception_info": info,
+            "extra": {
+                "timed_out": timed_out,
+                "truncated": dropped > 0,
+                "output_bytes": buf.total,
+                "dropped_bytes": dropped,
+                "duration_s": round(time.monotonic() - started, 6),
+            },
+        }
+
+    # -- life cycle ------------------------------------------------------------------------------
+    def reap(self):
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def shutdown(self):
+        """Kill every process a command started (tokens, and orphans re-parented to us)."""
+        marker = ("%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
+        kill_tree([os.getpid()], None, marker)
+        self.reap()
+        if self.tmpdir:
+            for name in os.listdir(self.tmpdir) if os.path.isdir(self.tmpdir) else ():
+                try:
+                    os.unlink(os.path.join(self.tmpdir, name))
+                except OSError:
+                    pass
+            try:
+                os.rmdir(self.tmpdir)
+            except OSError:
+                pass
+
+    def serve(self):
+        write_frame(self.stdout, {
+            "op": "ready", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
+            "python": "%d.%d.%d" % sys.version_info[:3], "cwd": os.getcwd(),
+        })
+        threading.Thread(target=self.read_requests, daemon=True).start()
+        try:
+            while True:
+                req = self.next_request()
+                if req is None:
+                    return
+                self.reap()
+                if req.get("op") == "exec":
+                    reply = self.run(req)
+                else:
+                    reply = {"op": "error", "message": "unknown op %r" % req.get("op")}
+                write_frame(self.stdout, reply)
+        except (BrokenPipeError, OSError):
+            return
+        finally:
+            self.shutdown()
+
+
+def _num(value):
+    value = float(value)
+    return "%d" % value if value == int(value) else "%g" % value
+
+
+def set_subreaper():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except Exception:
+        pass  # not Linux, or no libc: orphans go to init, tokens still find them
+
+
+def main():
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    set_subreaper()
+    Runner(sys.stdin.buffer, sys.stdout.buffer).serve()
+
+
+if __name__ == "__main__":
+    main()
