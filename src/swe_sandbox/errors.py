@@ -8,8 +8,12 @@
     │       ├── SandboxStartError    the sandbox (or its runner) did not come up
     │       ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
     │       └── ProtocolError        the runner sent something it should not have
-    └── InterruptAgentFlow           control flow, not failure
-        └── Submitted                the submission sentinel was printed; ``.submission`` holds the text
+    │   └── ModelError               the model provider failed for good (after retries, or not retryable)
+    └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history
+        ├── Submitted                the submission sentinel was printed; ``.submission`` holds the text
+        ├── FormatError              the model's reply could not be parsed into actions
+        ├── LimitsExceeded           step, cost or call limit reached
+        └── TimeExceeded             wall-time limit reached
 
 A command that fails (non-zero exit, timeout, missing ``cwd``) is *not* an exception: it is a
 result dict with ``returncode`` and ``exception_info`` set (DESIGN.md §1). Exceptions are for the
@@ -49,8 +53,33 @@ class ProtocolError(SandboxError):
     """The runner answered with something that does not follow the framed protocol."""
 
 
+class ModelError(SweSandboxError):
+    """The model provider failed for good: not retryable (auth, not found, bad request, context
+    window) or still failing when the retry budget ran out. The message says which."""
+
+
 class InterruptAgentFlow(Exception):
-    """Base class for exceptions that end an agent's run on purpose."""
+    """Base class for exceptions that interrupt an agent's step on purpose.
+
+    Attributes:
+        messages (list[dict]): messages to append to the history (may be empty).
+    """
+
+    def __init__(self, *messages: dict[str, Any]):
+        super().__init__(*messages)
+        self.messages = list(messages)
+
+
+class FormatError(InterruptAgentFlow):
+    """The model's reply could not be turned into actions; ``messages`` tell the model why."""
+
+
+class LimitsExceeded(InterruptAgentFlow):
+    """A step, cost or model-call limit was reached."""
+
+
+class TimeExceeded(InterruptAgentFlow):
+    """The agent's wall-time limit was reached."""
 
 
 class Submitted(InterruptAgentFlow):
@@ -62,6 +91,7 @@ class Submitted(InterruptAgentFlow):
     """
 
     def __init__(self, submission: str, result: dict[str, Any] | None = None):
-        super().__init__(submission)
+        super().__init__()
+        self.args = (submission,)
         self.submission = submission
         self.result = result or {}

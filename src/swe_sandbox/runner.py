@@ -115,8 +115,8 @@ def utf8_cut(buf):
         byte = buf[n - back]
         if byte & 0xC0 == 0x80:
             continue  # continuation byte: keep looking for the lead byte
-        if byte & 0x80 == 0:
-            return n  # ASCII: nothing open
+        if byte & 0x80 == 0 or byte >= 0xF8:
+            return n  # ASCII or an invalid byte: nothing open
         need = 2 if byte >= 0xC0 and byte < 0xE0 else 3 if byte < 0xF0 else 4
         return n if back >= need else n - back
     return n

@@ -1,0 +1,57 @@
+"""Models: what the agent queries. A lazy name -> class registry; no model SDK is imported early.
+
+The contract between the agent and a model (mini-swe-agent's message shape):
+
+``Model.query(messages) -> dict`` returns one assistant message, ready to append to the history::
+
+    {"role": "assistant", "content": str | None, "tool_calls": [...] (tool-calling models only),
+     "extra": {"actions": [{"command": str, "tool_call_id": str | None}, ...],
+               "cost": float, "timestamp": float, ...}}
+
+``extra`` is ours: it is stripped before messages are sent to a provider and kept in the
+trajectory. A reply the model got wrong (no/several commands, unknown tool, bad JSON arguments,
+a truncated reply) raises ``FormatError`` carrying the messages to append so the model sees what
+went wrong; nothing of that turn is executed.
+
+``Model.format_observation_messages(message, outputs, template_vars) -> list[dict]`` turns the
+result dicts of the executed actions (one per action, in order) into the messages that answer
+them: ``{"role": "tool", "tool_call_id": ..., "content": ...}`` per tool call for tool-calling
+models, one ``{"role": "user", ...}`` message for text models.
+
+Models also expose ``cost`` (float, USD), ``n_calls`` (int), ``get_template_vars()`` and
+``serialize()`` like environments do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+MODELS: dict[str, str] = {
+    "litellm": "swe_sandbox.models.litellm_model:LitellmModel",
+    "litellm_text": "swe_sandbox.models.text_model:LitellmTextModel",
+    "deterministic": "swe_sandbox.models.test_models:DeterministicModel",
+    "replay": "swe_sandbox.models.replay:ReplayModel",
+}
+
+
+def model_class(name: str) -> type:
+    """Import and return the model class registered as ``name``.
+
+    Raises:
+        ConfigError: unknown model class name (the message lists the known ones).
+    """
+    from swe_sandbox.errors import ConfigError
+
+    target = MODELS.get(name)
+    if target is None:
+        raise ConfigError(f"model.model_class: unknown {name!r} (known: {', '.join(MODELS)})")
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def get_model(config: dict[str, Any]):
+    """Build a model from a config dict (``model_class`` picks the class; default ``litellm``)."""
+    config = dict(config)
+    cls = model_class(config.pop("model_class", "litellm"))
+    return cls(**config)
