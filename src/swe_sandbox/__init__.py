@@ -4,10 +4,12 @@
     with swe_sandbox.get_environment("bwrap", timeout=30) as env:
         result = env.execute({"command": "pytest -q"}, timeout=600)
 
-Importing this package imports no backend SDK and starts nothing.
+Importing this package imports no backend SDK and starts nothing; ``get_environment`` (and with it
+pydantic and the config models) loads on first use, so ``swe-sandbox --help`` starts fast.
 """
 
-from swe_sandbox.environments import get_environment
+from typing import TYPE_CHECKING, Any
+
 from swe_sandbox.errors import (
     BackendUnavailable,
     ConfigError,
@@ -33,3 +35,20 @@ __all__ = [
     "Submitted",
     "SweSandboxError",
 ]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.environments import get_environment
+
+
+def __getattr__(name: str) -> Any:
+    """PEP 562: load the environment registry (pydantic, config models) only when it is used."""
+    if name == "get_environment":
+        from swe_sandbox.environments import get_environment
+
+        globals()["get_environment"] = get_environment
+        return get_environment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), "get_environment"})

@@ -122,24 +122,28 @@ def utf8_cut(buf):
     return n
 
 
+def proc_stat(pid):
+    """Return ``(state, ppid, pgid, starttime)`` of ``pid`` from /proc, or None."""
+    try:
+        with open("/proc/%s/stat" % pid, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
 def proc_table():
-    """Return ``{pid: (ppid, pgid)}`` for every live (non-zombie) process visible in /proc."""
+    """Return ``{pid: (ppid, pgid, starttime)}`` for every live (non-zombie) process in /proc."""
     table = {}
     try:
         names = os.listdir("/proc")
     except OSError:
         return table
     for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if fields and fields[0] not in (b"Z", b"X"):
-            table[int(name)] = (int(fields[1]), int(fields[2]))
+        stat = proc_stat(name) if name.isdigit() else None
+        if stat is not None and stat[0] not in (b"Z", b"X"):
+            table[int(name)] = stat[1:]
     return table
 
 
@@ -151,24 +155,31 @@ def has_token(pid, marker):
         return False
 
 
-def find_tree(table, roots=(), pgid=None, marker=None):
-    """Pids of ``roots``' descendants, of process group ``pgid`` and of ``marker`` holders."""
+def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
+    """Pids in the tree of one command.
+
+    That is: ``roots`` and their descendants, members of process group ``pgid``, holders of the
+    environment ``marker`` (found after ``setsid``), and orphans re-parented to this runner (a
+    subreaper) since ``adopted_since`` (a /proc starttime: found after ``setsid`` + ``env -i``).
+    """
     me = os.getpid()
     found = set()
-    for pid, (ppid, group) in table.items():
+    for pid, (ppid, group, start) in table.items():
         if pid == me:
             continue
         if (pgid is not None and group == pgid) or (marker and has_token(pid, marker)):
             found.add(pid)
+        elif adopted_since is not None and ppid == me and start >= adopted_since:
+            found.add(pid)
     frontier = set(roots) | found
     while frontier:
-        frontier = set(p for p, (pp, _) in table.items() if pp in frontier and p != me) - found
+        frontier = set(p for p, row in table.items() if row[0] in frontier and p != me) - found
         found |= frontier
     found.discard(me)
     return found
 
 
-def kill_tree(roots=(), pgid=None, marker=None):
+def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None):
     """SIGKILL the tree until nothing of it is left (bounded rounds, so a fork bomb ends too)."""
     if pgid is not None:
         try:
@@ -176,7 +187,7 @@ def kill_tree(roots=(), pgid=None, marker=None):
         except OSError:
             pass
     for _ in range(20):
-        victims = find_tree(proc_table(), roots, pgid, marker)
+        victims = find_tree(proc_table(), roots, pgid, marker, adopted_since)
         if not victims:
             return
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -277,15 +288,16 @@ class Runner(object):
         finally:
             os.close(write_fd)
         marker = ("%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
+        stat = proc_stat(proc.pid)
         try:
-            return self.collect(req, proc, read_fd, marker, started)
+            return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
         finally:
             try:
                 os.unlink(path)
             except OSError:
                 pass
 
-    def collect(self, req, proc, read_fd, marker, started):
+    def collect(self, req, proc, read_fd, tags, started):
         buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
         exited = threading.Event()
 
@@ -307,7 +319,7 @@ class Runner(object):
             now = time.monotonic()
             if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not self.closing
-                kill_tree([proc.pid], proc.pid, marker)
+                kill_tree([proc.pid], proc.pid, *tags)
                 eof = self.read_until(sel, read_fd, buf, now + KILL_COLLECT_S, eof)
                 exited.wait(1.0)
                 break

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Prepare this checkout for use and tests: bubblewrap, then `pip install -e '.[dev]'`.
+#
+# Idempotent and fast when everything is present (no apt-get, no pip: a quick check only).
+# Used by the README's test command and by .ci/run. Needs root (or passwordless sudo) only
+# when bubblewrap is missing. PYTHON selects the interpreter (default: python).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PYTHON="${PYTHON:-python}"
+say() { echo "setup.sh: $*" >&2; }
+
+if ! command -v "$PYTHON" >/dev/null 2>&1; then
+    say "'$PYTHON' not found: install Python >= 3.10 (on Debian: apt-get install python-is-python3 python3-pip), or set PYTHON"
+    exit 1
+fi
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo -n "$@"
+    else
+        say "need root for: $*"
+        return 1
+    fi
+}
+
+# 1. bubblewrap (the bwrap backend). Without apt-get this is only a warning: the bwrap tests then
+#    skip, or fail when CI is set.
+if ! command -v bwrap >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1; then
+        say "bwrap missing: installing bubblewrap with apt-get"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap </dev/null
+    else
+        say "WARNING: bwrap missing and no apt-get here; install bubblewrap with your package manager"
+    fi
+fi
+
+# 2. The editable install with the dev extra, unless this checkout is already installed editable
+#    with the version, entry points and requirements pyproject.toml asks for.
+installed_ok() {
+    "$PYTHON" - "$ROOT" <<'PY'
+import json, sys
+from importlib import metadata
+from pathlib import Path
+
+root = Path(sys.argv[1])
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    try:
+        import tomli as tomllib
+    except ImportError:
+        sys.exit(1)
+try:
+    from packaging.requirements import Requirement
+except ImportError:
+    sys.exit(1)
+
+project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+try:
+    dist = metadata.distribution(project["name"])
+except metadata.PackageNotFoundError:
+    sys.exit(1)
+url = json.loads(dist.read_text("direct_url.json") or "{}")
+if url.get("url") != root.as_uri() or not url.get("dir_info", {}).get("editable"):
+    sys.exit(1)  # not installed from this checkout, or not editable
+if dist.version != project["version"]:
+    sys.exit(1)
+wanted = {("console_scripts", k, v) for k, v in project.get("scripts", {}).items()}
+for group, eps in project.get("entry-points", {}).items():
+    wanted |= {(group, k, v) for k, v in eps.items()}
+if not wanted <= {(ep.group, ep.name, ep.value) for ep in dist.entry_points}:
+    sys.exit(1)
+for spec in [*project.get("dependencies", []), *project.get("optional-dependencies", {}).get("dev", [])]:
+    req = Requirement(spec)
+    if req.marker is not None and not req.marker.evaluate():
+        continue
+    try:
+        version = metadata.version(req.name)
+    except metadata.PackageNotFoundError:
+        sys.exit(1)
+    if not req.specifier.contains(version, prereleases=True):
+        sys.exit(1)
+PY
+}
+
+if installed_ok; then
+    exit 0
+fi
+say "installing swe-sandbox from $ROOT: pip install -e '.[dev]'"
+cd "$ROOT"
+PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install -q -e '.[dev]' </dev/null

@@ -1,0 +1,380 @@
+"""The ``swe-sandbox`` command line: exec (plain and --json), exit codes, -c overrides, check.
+
+Most tests go through typer's CliRunner on the ``local`` backend (no infrastructure); a few run the
+real program in a subprocess (``python -m swe_sandbox``) to see what a user sees.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from swe_sandbox import cli
+from swe_sandbox.environments import environment_class
+
+runner = CliRunner()
+
+
+def invoke(*args: str, input: str | None = None):
+    # a wide terminal, so rich does not wrap check's table cells in the middle of a phrase
+    return runner.invoke(cli.app, list(args), input=input, env={"COLUMNS": "250"})
+
+
+def require_bwrap() -> None:
+    """Skip without bubblewrap; under CI (``CI`` set) a missing backend is a failure, as in conftest."""
+    reason = environment_class("bwrap").unavailable_reason()
+    if reason is None:
+        return
+    if "CI" in os.environ:
+        pytest.fail(f"backend 'bwrap' is unavailable in CI: {reason}", pytrace=False)
+    pytest.skip(f"backend 'bwrap' is unavailable: {reason}")
+
+
+def run_program(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "swe_sandbox", *args], input=stdin, capture_output=True, text=True,
+        timeout=timeout, stdin=None if stdin is not None else subprocess.DEVNULL,
+    )
+
+
+# -- help --------------------------------------------------------------------------------------
+
+
+def test_help_lists_exactly_the_commands_that_exist_and_the_exit_codes():
+    result = invoke("--help")
+    assert result.exit_code == 0
+    assert "exec" in result.stdout and "check" in result.stdout
+    commands = {c.name: c for c in cli.app.registered_commands}
+    assert {"exec", "check"} <= set(commands)
+    for name, command in commands.items():  # no placeholders for commands still to come
+        assert "not implemented" not in (command.help or "").lower(), name
+    help_text = invoke("exec", "--help").stdout
+    for code in ("124", "125", " 2 ", " 3 ", " 4 "):
+        assert code in help_text.replace("\n", " "), code
+
+
+def test_no_arguments_shows_help():
+    result = invoke()
+    assert "exec" in result.output and "check" in result.output
+
+
+# -- exec, plain ---------------------------------------------------------------------------------
+
+
+def test_exec_prints_merged_output_and_exits_0():
+    result = invoke("exec", "--env", "local", "--", "echo out; echo err >&2; echo out2")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "out\nerr\nout2\n"  # one stream, in the order written
+    assert result.stderr == ""
+
+
+def test_exec_joins_the_words_after_double_dash():
+    result = invoke("exec", "--env", "local", "--", "echo", "a", "b", "'c  d'")
+    assert result.stdout == "a b c  d\n"
+
+
+def test_exec_options_after_the_command_belong_to_the_command():
+    result = invoke("exec", "--env", "local", "echo", "--json", "-c", "x")
+    assert result.exit_code == 0
+    assert result.stdout == "--json -c x\n"
+
+
+@pytest.mark.parametrize("code", [0, 1, 7, 42, 255])
+def test_exec_passes_the_returncode_through(code):
+    result = invoke("exec", "--env", "local", "--", f"echo x; exit {code}")
+    assert result.exit_code == code
+    assert result.stdout == "x\n"
+
+
+def test_exec_signal_death_exits_128_plus_n():
+    result = invoke("exec", "--env", "local", "--", "kill -TERM $$")
+    assert result.exit_code == 128 + 15
+
+
+def test_exec_timeout_exits_124_keeps_partial_output_and_says_so_on_stderr():
+    result = invoke("exec", "--env", "local", "--timeout", "1", "--", "echo before; sleep 5; echo after")
+    assert result.exit_code == cli.EXIT_TIMEOUT == 124
+    assert result.stdout == "before\n"
+    assert "timed out after 1 seconds" in result.stderr
+
+
+def test_exec_cwd():
+    result = invoke("exec", "--env", "local", "--cwd", "/tmp", "--", "pwd")
+    assert result.stdout == "/tmp\n"
+
+
+def test_exec_missing_cwd_is_a_failed_command_not_an_error():
+    result = invoke("exec", "--env", "local", "--cwd", "/nonexistent-dir-xyz", "--", "true")
+    assert result.exit_code not in (0, cli.EXIT_CONFIG, cli.EXIT_BACKEND_UNAVAILABLE, cli.EXIT_SANDBOX_FAILED)
+    assert "/nonexistent-dir-xyz" in result.stderr
+
+
+def test_exec_reads_the_command_from_stdin_with_dash():
+    script = "x=6\necho \"from stdin $((x * 7))\"\ncat <<'EOF'\nh\u00e9redoc $x\nEOF\n"
+    result = invoke("exec", "--env", "local", "--", "-", input=script)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "from stdin 42\nh\u00e9redoc $x\n"
+
+
+def test_exec_unicode_output_is_written_as_utf8():
+    result = invoke("exec", "--env", "local", "--", "printf '\\xe2\\x82\\xac \\xff\\n'")
+    assert result.stdout == "\u20ac \ufffd\n"
+
+
+# -- -c overrides ----------------------------------------------------------------------------------
+
+
+def test_override_environment_timeout_takes_effect():
+    result = invoke("exec", "--env", "local", "-c", "environment.timeout=1", "--", "sleep 5")
+    assert result.exit_code == 124
+    assert "timed out after 1 seconds" in result.stderr
+
+
+def test_override_env_variable_and_timeout_flag_wins_over_config():
+    result = invoke("exec", "--env", "local", "-c", "environment.env.GREETING=hello", "-c", "environment.timeout=1",
+                    "--timeout", "5", "--", "sleep 1.5; echo $GREETING")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "hello\n"
+
+
+def test_host_environment_does_not_leak_into_the_command(monkeypatch):
+    monkeypatch.setenv("SWE_SANDBOX_TEST_SECRET", "s3cret")
+    result = invoke("exec", "--env", "local", "--", "echo \"[${SWE_SANDBOX_TEST_SECRET:-}]\"")
+    assert result.stdout == "[]\n"
+
+
+# -- errors: one line, no traceback, exit 2 / 3 / 4 ------------------------------------------------
+
+
+def assert_one_clean_line(stderr: str) -> None:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("swe-sandbox: ")
+    assert "Traceback" not in stderr
+
+
+def test_misspelt_config_field_exits_2_naming_the_field():
+    result = invoke("exec", "--env", "local", "-c", "environment.tmeout=5", "--", "true")
+    assert result.exit_code == cli.EXIT_CONFIG == 2
+    assert "environment.tmeout" in result.stderr and "unknown field" in result.stderr
+    assert "timeout" in result.stderr.split("allowed", 1)[1]  # lists the allowed fields
+    assert_one_clean_line(result.stderr)
+    assert result.stdout == ""
+
+
+def test_invalid_config_value_exits_2_naming_the_field():
+    result = invoke("exec", "--env", "local", "-c", "environment.timeout=-3", "--", "true")
+    assert result.exit_code == 2
+    assert "environment.timeout" in result.stderr
+    assert_one_clean_line(result.stderr)
+
+
+@pytest.mark.parametrize("args", [
+    ["--env", "no-such-preset", "--", "true"],
+    ["--env", "local", "-c", "not-a-pair", "--", "true"],
+    ["--env", "local", "-c", "agent.step_limit=3", "--", "true"],
+])
+def test_other_config_errors_exit_2(args):
+    result = invoke("exec", *args)
+    assert result.exit_code == 2
+    assert_one_clean_line(result.stderr)
+
+
+def test_config_file(tmp_path):
+    config = tmp_path / "mine.yaml"
+    config.write_text("environment:\n  backend: local\n  env: {FROM_FILE: 'yes'}\n")
+    result = invoke("exec", "--env", str(config), "--", "echo $FROM_FILE")
+    assert (result.exit_code, result.stdout) == (0, "yes\n")
+
+
+@pytest.mark.parametrize("args", [
+    ["--env", "local", "--", ""],
+    ["--env", "local", "--timeout", "0", "--", "true"],
+    ["--env", "local"],
+    ["--", "true"],
+])
+def test_usage_errors_exit_2(args):
+    assert invoke("exec", *args).exit_code == 2
+
+
+def test_backend_unavailable_exits_3():
+    result = invoke("exec", "--env", "bwrap", "-c", "environment.bwrap_path=/nonexistent/bwrap", "--", "true")
+    assert result.exit_code == cli.EXIT_BACKEND_UNAVAILABLE == 3
+    assert "bubblewrap" in result.stderr
+    assert_one_clean_line(result.stderr)
+
+
+def test_sandbox_that_dies_exits_4():
+    result = invoke("exec", "--env", "local", "--", "kill -9 $PPID")  # $PPID: the runner
+    assert result.exit_code == cli.EXIT_SANDBOX_FAILED == 4
+    assert "SandboxDied" in result.stderr
+    assert_one_clean_line(result.stderr)
+
+
+@pytest.mark.parametrize("result, code", [
+    ({"returncode": 0, "extra": {"timed_out": False}}, 0),
+    ({"returncode": 255, "extra": {"timed_out": False}}, 255),
+    ({"returncode": -1, "extra": {"timed_out": True}}, 124),
+    ({"returncode": -1, "extra": {"timed_out": False}}, 125),
+    ({"returncode": 256, "extra": {}}, 125),
+    ({"returncode": None}, 125),
+])
+def test_exit_status_mapping(result, code):
+    assert cli.exit_status(result) == code
+
+
+def test_one_line_folds_multi_line_messages():
+    assert cli.one_line("invalid config:\n  a: bad\n  b: worse") == "invalid config: a: bad; b: worse"
+
+
+# -- exec --json -----------------------------------------------------------------------------------
+
+
+def test_json_has_the_result_dict_and_submission_null():
+    result = invoke("exec", "--env", "local", "--json", "--", "echo hi; exit 3")
+    assert result.exit_code == 3
+    data = json.loads(result.stdout)
+    assert set(data) == {"output", "returncode", "exception_info", "extra", "submission"}
+    assert data["output"] == "hi\n" and data["returncode"] == 3 and data["submission"] is None
+    assert data["exception_info"] == ""
+    assert {"timed_out", "truncated", "output_bytes", "dropped_bytes", "duration_s"} <= set(data["extra"])
+
+
+def test_json_timeout():
+    result = invoke("exec", "--env", "local", "--json", "--timeout", "1", "--", "sleep 5")
+    assert result.exit_code == 124
+    data = json.loads(result.stdout)
+    assert data["returncode"] == -1 and data["extra"]["timed_out"] is True
+    assert "timed out after 1 seconds" in data["exception_info"]
+
+
+def test_json_submission():
+    command = "printf 'COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\\ndiff --git a/x b/x\\n+\u00e9\\n'"
+    result = invoke("exec", "--env", "local", "--json", "--", command)
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["submission"] == "diff --git a/x b/x\n+\u00e9\n"
+    assert data["returncode"] == 0
+    assert data["output"].startswith("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n")
+
+
+def test_failed_command_never_submits():
+    result = invoke("exec", "--env", "local", "--json", "--", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; exit 1")
+    assert result.exit_code == 1
+    assert json.loads(result.stdout)["submission"] is None
+
+
+def test_plain_mode_submission_prints_the_output_and_exits_0():
+    result = invoke("exec", "--env", "local", "--", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT; echo done")
+    assert (result.exit_code, result.stdout) == (0, "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\ndone\n")
+
+
+# -- bwrap ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.bwrap
+def test_exec_bwrap_json_and_isolation():
+    require_bwrap()
+    result = invoke("exec", "--env", "bwrap", "--json", "--", "echo hi; hostname; id -u; ls /workspace | wc -l")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["output"] == "hi\nswe-sandbox\n0\n0\n"
+
+
+@pytest.mark.bwrap
+def test_exec_bwrap_timeout_exits_124():
+    require_bwrap()
+    result = invoke("exec", "--env", "bwrap", "--timeout", "1", "--", "echo a; sleep 5")
+    assert (result.exit_code, result.stdout) == (124, "a\n")
+
+
+# -- check ----------------------------------------------------------------------------------------
+
+
+def test_check_local_passes_and_says_it_has_no_isolation():
+    result = invoke("check", "--env", "local")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "PASS" in text
+    assert "NO ISOLATION" in text
+    assert "echo ok" in text and "back in" in text and "round trip" in text
+
+
+@pytest.mark.bwrap
+def test_check_bwrap_passes():
+    require_bwrap()
+    result = invoke("check", "--env", "bwrap")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.stdout.split())
+    assert "PASS" in text and "namespaces" in text and "NO ISOLATION" not in text
+
+
+def test_check_fails_with_the_reason_when_the_backend_is_unavailable(monkeypatch):
+    bwrap_class = environment_class("bwrap")
+    monkeypatch.setattr(bwrap_class, "unavailable_reason", classmethod(lambda cls, *a: "simulated: no bwrap here"))
+    result = invoke("check", "--env", "bwrap")
+    assert result.exit_code == cli.EXIT_CHECK_FAILED
+    assert "simulated: no bwrap here" in " ".join(result.stdout.split())
+    assert "FAIL" in result.stdout
+
+
+def test_check_without_env_fails_when_a_builtin_backend_fails(monkeypatch):
+    bwrap_class = environment_class("bwrap")
+    monkeypatch.setattr(bwrap_class, "unavailable_reason", classmethod(lambda cls, *a: "simulated: no bwrap here"))
+    result = invoke("check")
+    assert result.exit_code == 1
+    text = " ".join(result.stdout.split())
+    assert "local" in text and "bwrap" in text and "NO ISOLATION" in text
+
+
+def test_check_unknown_backend_exits_2():
+    result = invoke("check", "--env", "no-such-backend")
+    assert result.exit_code == 2
+    assert_one_clean_line(result.stderr)
+
+
+# -- the real program ---------------------------------------------------------------------------
+
+
+def test_python_dash_m_swe_sandbox_exec_and_exit_codes():
+    done = run_program("exec", "--env", "local", "--", "echo via-main; exit 5")
+    assert (done.returncode, done.stdout) == (5, "via-main\n")
+    done = run_program("exec", "--env", "local", "-", stdin="echo piped")
+    assert (done.returncode, done.stdout) == (0, "piped\n")
+    done = run_program("exec", "--env", "local", "-c", "environment.tmeout=5", "--", "true")
+    assert done.returncode == 2 and "environment.tmeout" in done.stderr
+    assert_one_clean_line(done.stderr)
+
+
+def test_help_imports_nothing_heavy():
+    """``swe-sandbox --help`` must stay fast: no config models, YAML, rich, or backend modules."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['swe-sandbox', '--help']\n"
+        "from swe_sandbox.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "heavy = ['swe_sandbox.config', 'swe_sandbox.environments', 'yaml', 'rich', 'litellm', 'docker']\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "[]"
+    assert "exec" in done.stdout
+
+
+def test_import_swe_sandbox_imports_no_sdk():
+    code = (
+        "import sys, json, swe_sandbox\n"
+        "env = swe_sandbox.get_environment('local')\n"  # the registry loads lazily, still no SDK
+        "from swe_sandbox import get_environment, Submitted, ConfigError\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
+    assert not loaded & {"docker", "podman", "paramiko", "litellm", "openai", "anthropic"}
