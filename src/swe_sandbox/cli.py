@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, List, Optional
 
 import typer
 
+from swe_sandbox.agent.cli import demo as demo_command
+from swe_sandbox.agent.cli import run as run_command
+
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.environments.base import Environment
 
@@ -351,6 +354,10 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
         if not row["ok"]:
             why = row.get("reason") or "; ".join(text for good, text in row["steps"] if not good)
             console.print(f"{row['backend']}: FAIL: {why}" + ("" if required else " (plugin: not counted)"))
+
+
+app.command("run")(run_command)
+app.command("demo")(demo_command)
 
 
 def main() -> None:

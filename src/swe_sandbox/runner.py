@@ -7,7 +7,7 @@ Protocol (both directions): a frame is a 4-byte big-endian length followed by th
 UTF-8 JSON. The host sends ``{"op": "exec", "command": str, "cwd": str, "env": {str: str},
 "timeout": float | null, "max_output_bytes": int}`` or ``{"op": "close"}``; the runner answers
 ``{"op": "ready", ...}`` once at start and one ``{"op": "result", ...}`` per ``exec``. The command
-travels as payload; it reaches bash through a private file, never through argv.
+travels as payload; it reaches bash through an unlinked file descriptor, never through argv.
 
 Per command the runner:
 - spawns ``bash -c`` in a new session (its own process group, no controlling terminal), stdin
@@ -147,12 +147,13 @@ def proc_table():
     return table
 
 
-def has_token(pid, marker):
+def environ_of(pid):
+    """The initial environment of ``pid`` as ``b"\\0K=V\\0K=V..."``, or b"" when unreadable."""
     try:
         with open("/proc/%d/environ" % pid, "rb") as f:
-            return marker in b"\0" + f.read()
+            return b"\0" + f.read()
     except OSError:
-        return False
+        return b""
 
 
 def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
@@ -160,17 +161,22 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
 
     That is: ``roots`` and their descendants, members of process group ``pgid``, holders of the
     environment ``marker`` (found after ``setsid``), and orphans re-parented to this runner (a
-    subreaper) since ``adopted_since`` (a /proc starttime: found after ``setsid`` + ``env -i``).
+    subreaper) since ``adopted_since`` (a /proc starttime) that carry no other command's token
+    (found after ``setsid`` + ``env -i``; daemons of earlier background jobs keep their token).
     """
     me = os.getpid()
+    other = ("\0%s=" % CMD_TOKEN_VAR).encode()
     found = set()
     for pid, (ppid, group, start) in table.items():
         if pid == me:
             continue
-        if (pgid is not None and group == pgid) or (marker and has_token(pid, marker)):
+        adopted = adopted_since is not None and ppid == me and start >= adopted_since
+        if pgid is not None and group == pgid:
             found.add(pid)
-        elif adopted_since is not None and ppid == me and start >= adopted_since:
-            found.add(pid)
+        elif marker or adopted:
+            environ = environ_of(pid)
+            if (marker and marker in environ) or (adopted and other not in environ):
+                found.add(pid)
     frontier = set(roots) | found
     while frontier:
         frontier = set(p for p, row in table.items() if row[0] in frontier and p != me) - found
@@ -220,7 +226,6 @@ class Runner(object):
         self.requests = []
         self.cond = threading.Condition()
         self.wake_r, self.wake_w = os.pipe()
-        self.tmpdir = None
 
     # -- plumbing -----------------------------------------------------------------------------
     def wake(self):
@@ -252,13 +257,19 @@ class Runner(object):
                 self.cond.wait()
             return None if self.closing else self.requests.pop(0)
 
-    def command_file(self, command):
-        if self.tmpdir is None or not os.path.isdir(self.tmpdir):
-            self.tmpdir = tempfile.mkdtemp(prefix="swe-sandbox-runner-")
-        path = os.path.join(self.tmpdir, "cmd-%d" % self.seq)
-        with open(path, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(command)
-        return path
+    @staticmethod
+    def command_fd(command):
+        """An unlinked file holding ``command`` (memfd where there is one: nothing touches disk)."""
+        data = command.encode("utf-8", "surrogateescape")
+        try:
+            fd = os.memfd_create("swe-sandbox-command", os.MFD_CLOEXEC)
+        except (AttributeError, OSError):
+            fd, path = tempfile.mkstemp(prefix="swe-sandbox-command-")
+            os.unlink(path)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        return fd
 
     # -- one command ----------------------------------------------------------------------------
     def run(self, req):
@@ -273,12 +284,13 @@ class Runner(object):
         env.update(req.get("env") or {})
         env[RUN_TOKEN_VAR] = self.run_id
         env[CMD_TOKEN_VAR] = token
-        path = self.command_file(req["command"])
+        command_fd = self.command_fd(req["command"])
         read_fd, write_fd = os.pipe()
         try:
+            # bash expands $(< /dev/fd/N) first, then closes N for the command itself.
             proc = subprocess.Popen(
-                ["bash", "-c", 'eval "$(< %s)"' % path],
-                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd,
+                ["bash", "-c", 'eval "$(< /dev/fd/%d)" %d<&-' % (command_fd, command_fd)],
+                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(command_fd,),
                 cwd=cwd, env=env, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
@@ -287,15 +299,10 @@ class Runner(object):
             return self.result(msg + "\n", 127, msg, started, OutputBuffer(1 << 20))
         finally:
             os.close(write_fd)
-        marker = ("%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
+            os.close(command_fd)
+        marker = ("\0%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
         stat = proc_stat(proc.pid)
-        try:
-            return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
-        finally:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
 
     def collect(self, req, proc, read_fd, tags, started):
         buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
@@ -406,19 +413,9 @@ class Runner(object):
 
     def shutdown(self):
         """Kill every process a command started (tokens, and orphans re-parented to us)."""
-        marker = ("%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
+        marker = ("\0%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
         kill_tree([os.getpid()], None, marker)
         self.reap()
-        if self.tmpdir:
-            for name in os.listdir(self.tmpdir) if os.path.isdir(self.tmpdir) else ():
-                try:
-                    os.unlink(os.path.join(self.tmpdir, name))
-                except OSError:
-                    pass
-            try:
-                os.rmdir(self.tmpdir)
-            except OSError:
-                pass
 
     def serve(self):
         write_frame(self.stdout, {

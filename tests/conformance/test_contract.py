@@ -596,6 +596,36 @@ def test_timeout_kills_whole_tree(make_env, backend, case):
     assert after["output"] == "alive\n" and after["returncode"] == 0
 
 
+def test_timeout_spares_earlier_background_jobs(make_env):
+    """A timeout kills only that command's tree: background jobs of earlier commands keep running."""
+    environment = started_env(make_env)
+    earlier, victim = unique_marker(), unique_marker()
+    started = run(environment, f"sleep {earlier} & ( setsid sleep {earlier} & ); echo ok")
+    assert started["output"] == "ok\n"
+    assert len(sandbox_processes_with(environment, earlier)) == 2
+    result, elapsed = timed(environment, f"( setsid env -i sleep {victim} & ); sleep {victim}", timeout=1)
+    assert_timed_out(result, elapsed, 1)
+    assert wait_sandbox_gone(environment, victim) == []
+    assert len(sandbox_processes_with(environment, earlier)) == 2, "the timeout killed an earlier job"
+
+
+def test_timeout_spares_daemons_of_earlier_background_jobs(make_env):
+    """A timeout spares processes an earlier command's background job daemonizes during that timeout."""
+    environment = started_env(make_env)
+    loop, daemon = unique_marker(), unique_marker()
+    started = run(environment, f"bash -c 'while :; do ( sleep {daemon} & ); sleep 0.1; done; : {loop}' "
+                               ">/dev/null 2>&1 & echo $!")
+    loop_pid = int(started["output"])
+    time.sleep(0.3)
+    before = len(sandbox_processes_with(environment, daemon))
+    result, elapsed = timed(environment, "sleep 30", timeout=1)
+    assert_timed_out(result, elapsed, 1)
+    alive = run(environment, f"kill -0 {loop_pid} && echo alive")
+    assert alive["output"] == "alive\n", "the timeout killed an earlier background job"
+    after = len(sandbox_processes_with(environment, daemon))
+    assert after >= before + 5, f"{before} daemons before a 1 s timeout, {after} after: the timeout killed some"
+
+
 def test_timeout_from_config(make_env):
     """The config field `timeout` applies when execute gets none; execute's `timeout` overrides it."""
     environment = started_env(make_env, timeout=1)

@@ -1,0 +1,421 @@
+"""``DefaultAgent``: mini-swe-agent's loop on top of the execute contract.
+
+    query the model -> run each tool call with env.execute -> one observation per tool call -> repeat
+
+until a command submits (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && ...``), a limit is hit,
+or something fails for good. The run ends with an ``{"role": "exit", ...}`` message whose
+``extra`` holds ``exit_status`` and ``submission`` (mini-swe-agent v2's convention), and the
+trajectory is saved atomically after every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swe_sandbox.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted, TimeExceeded
+
+logger = logging.getLogger("swe_sandbox.agent")
+
+#: Exit statuses besides an exception's class name (e.g. ``SandboxDied``, ``ModelError``).
+SUBMITTED = "Submitted"
+LIMITS_EXCEEDED = "LimitsExceeded"
+TIME_EXCEEDED = "TimeExceeded"
+REPEATED_FORMAT_ERROR = "RepeatedFormatError"
+KEYBOARD_INTERRUPT = "KeyboardInterrupt"
+
+
+class AgentConfig(BaseModel):
+    """Config of ``DefaultAgent`` (the ``agent:`` section of a run config)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system_template: str
+    """jinja2 template of the system message (StrictUndefined: an unknown variable is an error)."""
+    instance_template: str
+    """jinja2 template of the first user message; ``task`` holds the task."""
+    step_limit: int = Field(0, ge=0)
+    """Maximum number of model queries (steps), format errors included; 0: no limit."""
+    cost_limit: float = Field(3.0, ge=0)
+    """Stop once the model's cost reaches this many USD; 0: no limit."""
+    wall_time_limit_s: float = Field(0.0, ge=0)
+    """Stop once the run has taken this many seconds (commands get at most the time left); 0: no limit."""
+    max_consecutive_format_errors: int = Field(3, ge=1)
+    """Stop with exit status ``RepeatedFormatError`` after this many unusable replies in a row."""
+    output_path: Path | None = None
+    """Where the trajectory is saved after every step; None: not saved."""
+
+
+class ActionRejected(Exception):
+    """Raised by ``approve`` to skip a command; the model is told ``reason``."""
+
+    def __init__(self, reason: str = ""):
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Exit(Exception):
+    """Ends the run: ``messages`` (if any), then an exit message (internal)."""
+
+    def __init__(self, status: str, content: str, submission: str = "", *,
+                 messages: list[dict[str, Any]] = (), **extra: Any):
+        super().__init__(content)
+        self.messages = list(messages)
+        self.message = {"role": "exit", "content": content,
+                        "extra": {"exit_status": status, "submission": submission, **extra}}
+
+
+def not_run_result(reason: str) -> dict[str, Any]:
+    """A result dict for a command that was not run (returncode -1: it did not finish)."""
+    return {"output": "", "returncode": -1, "exception_info": reason,
+            "extra": {"not_run": True, "timed_out": False, "truncated": False,
+                      "output_bytes": 0, "dropped_bytes": 0, "duration_s": 0.0}}
+
+
+def edited_result(result: dict[str, Any], command: str) -> dict[str, Any]:
+    """``result`` of a command the user edited before it ran, telling the model what ran."""
+    note = f"[The user edited this command before it ran. It ran as:\n{command}\n]\n"
+    return {**result, "output": note + str(result.get("output", "")),
+            "extra": {**(result.get("extra") or {}), "edited_command": command}}
+
+
+class DefaultAgent:
+    """A thin tool-calling agent (mini-swe-agent's ``DefaultAgent``, with limits and hooks).
+
+    Args:
+        model: implements ``query``, ``format_observation_messages``, ``get_template_vars``,
+            ``serialize``, ``cost`` and ``n_calls`` (see ``swe_sandbox.models``).
+        env: implements ``execute``, ``get_template_vars`` and ``serialize`` (any backend).
+        **config: fields of ``AgentConfig``.
+
+    Raises:
+        ConfigError: an unknown or invalid config field (named in the message).
+
+    Subclasses may override the hooks ``approve`` (confirm or edit a command),
+    ``on_query`` and ``on_result`` (progress), which do nothing by default.
+    """
+
+    def __init__(self, model: Any, env: Any, **config: Any):
+        from swe_sandbox.config import validate
+
+        self.config: AgentConfig = validate(AgentConfig, config, section="agent")
+        self.model = model
+        self.env = env
+        self.messages: list[dict[str, Any]] = []
+        self.extra_template_vars: dict[str, Any] = {}
+        self.n_steps = 0
+        self.consecutive_format_errors = 0
+        self.started_at: float | None = None
+
+    # -- results -----------------------------------------------------------------------------
+    @property
+    def exit_status(self) -> str:
+        """The exit status once the run ended, else ``""``."""
+        return self._exit_extra().get("exit_status", "")
+
+    @property
+    def submission(self) -> str:
+        """The submission once the run ended (``""`` unless ``Submitted``)."""
+        return self._exit_extra().get("submission", "")
+
+    def _exit_extra(self) -> dict[str, Any]:
+        last = self.messages[-1] if self.messages else {}
+        return last.get("extra") or {} if last.get("role") == "exit" else {}
+
+    # -- templates ---------------------------------------------------------------------------
+    def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
+        """Environment, model, task and agent config variables (later ones win), plus ``kwargs``.
+
+        Also ``n_model_calls`` (int), ``model_cost`` (float, USD) and ``tool_calling`` (bool:
+        False for a text model, one that declares ``tools = None``).
+        """
+        return {
+            **self.env.get_template_vars(),
+            **self.model.get_template_vars(),
+            **self.extra_template_vars,
+            **self.config.model_dump(),
+            "n_model_calls": self.n_steps,
+            "model_cost": self.model_cost,
+            "tool_calling": getattr(self.model, "tools", ()) is not None,
+            **kwargs,
+        }
+
+    def render_template(self, template: str, **kwargs: Any) -> str:
+        """Render a jinja2 template with ``get_template_vars()`` (StrictUndefined).
+
+        Raises:
+            ConfigError: the template is invalid or uses an unknown variable (the message says which).
+        """
+        from jinja2 import StrictUndefined, Template, TemplateError
+
+        from swe_sandbox.errors import ConfigError
+
+        try:
+            return Template(template, undefined=StrictUndefined).render(**self.get_template_vars(**kwargs))
+        except TemplateError as exc:
+            raise ConfigError(f"agent template: {type(exc).__name__}: {exc}") from None
+
+    @property
+    def model_cost(self) -> float:
+        """What the model has cost so far, in USD."""
+        return float(getattr(self.model, "cost", 0.0) or 0.0)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def add_messages(self, *messages: dict[str, Any]) -> None:
+        self.messages.extend(messages)
+
+    def run(self, task: str, **kwargs: Any) -> tuple[str, str]:
+        """Run the loop until the task is submitted or the run stops.
+
+        Args:
+            task: the task, shown to the model through ``instance_template``.
+            **kwargs: extra template variables.
+
+        Returns:
+            tuple[str, str]: ``(exit_status, submission)``. ``exit_status`` is ``Submitted``,
+            ``LimitsExceeded``, ``TimeExceeded``, ``RepeatedFormatError``, or the class name of
+            the exception that stopped the run (e.g. ``SandboxDied``, ``ModelError``; its
+            traceback is in the exit message). ``submission`` is ``""`` unless submitted.
+
+        Raises:
+            KeyboardInterrupt: after the trajectory was saved with exit status ``KeyboardInterrupt``.
+            ConfigError: a template is invalid or uses an unknown variable (nothing ran).
+        """
+        self.extra_template_vars = {**self.extra_template_vars, "task": task, **kwargs}
+        self.messages = []
+        self.n_steps = 0
+        self.consecutive_format_errors = 0
+        self.started_at = time.monotonic()
+        try:
+            self.start_env()
+        except KeyboardInterrupt:
+            self.add_messages(self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C)."))
+            self.save()
+            raise
+        except Exception as exc:
+            self.add_messages(self._failure_exit(exc))
+        else:
+            self.add_messages(
+                {"role": "system", "content": self.render_template(self.config.system_template)},
+                {"role": "user", "content": self.render_template(self.config.instance_template)},
+            )
+        self.save()
+        while self.messages[-1].get("role") != "exit":
+            try:
+                self.step()
+            except KeyboardInterrupt:
+                self.add_messages(self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C)."))
+                raise
+            except _Exit as exc:
+                self.add_messages(*exc.messages, exc.message)
+            except InterruptAgentFlow as exc:
+                self._interrupted(exc)
+            except Exception as exc:
+                self.add_messages(self._failure_exit(exc))
+            finally:
+                self.save()
+        return self.exit_status, self.submission
+
+    def start_env(self) -> None:
+        """Start the sandbox now (when the environment can), so its facts (``cwd``, ``python``)
+        are known to the templates and a sandbox that cannot start ends the run at once."""
+        start = getattr(self.env, "start", None)
+        if callable(start):
+            start()
+
+    def _failure_exit(self, exc: Exception) -> dict[str, Any]:
+        logger.warning("agent stopped by %s: %s", type(exc).__name__, exc)
+        return self._exit_message(type(exc).__name__, str(exc) or type(exc).__name__,
+                                  exception_str=str(exc), traceback=traceback.format_exc())
+
+    def step(self) -> None:
+        """One step: query the model, run its tool calls, add the observations."""
+        message = self.query()
+        self.execute_actions(message)
+
+    def query(self) -> dict[str, Any]:
+        """Check the limits, query the model and add its reply.
+
+        Raises:
+            _Exit: a step, cost or wall-time limit is reached, or too many format errors in a row.
+        """
+        self.check_limits()
+        self.n_steps += 1
+        try:
+            message = self.model.query(self.messages)
+        except FormatError as exc:
+            self.consecutive_format_errors += 1
+            if self.consecutive_format_errors >= self.config.max_consecutive_format_errors:
+                raise _Exit(REPEATED_FORMAT_ERROR, f"The model's reply could not be used "
+                            f"{self.consecutive_format_errors} times in a row; the last error: "
+                            f"{self._last_text(exc.messages)}",
+                            messages=[m for m in exc.messages if isinstance(m, dict)]) from None
+            raise  # run() adds its messages and goes on
+        self.consecutive_format_errors = 0
+        self.add_messages(message)
+        self.on_query(message)
+        return message
+
+    def check_limits(self) -> None:
+        """Raise ``_Exit`` when the step, cost or wall-time limit is reached."""
+        cfg = self.config
+        if 0 < cfg.step_limit <= self.n_steps:
+            raise _Exit(LIMITS_EXCEEDED, f"Step limit reached ({cfg.step_limit} model queries).")
+        if 0 < cfg.cost_limit <= self.model_cost:
+            raise _Exit(LIMITS_EXCEEDED, f"Cost limit reached (${self.model_cost:.4f} of ${cfg.cost_limit:.4f}).")
+        if self.time_left() == 0:
+            raise _Exit(TIME_EXCEEDED, f"Wall-time limit reached ({cfg.wall_time_limit_s:g} seconds).")
+
+    def time_left(self) -> float | None:
+        """Seconds left before the wall-time limit (0 when reached); None: no limit."""
+        if not self.config.wall_time_limit_s or self.started_at is None:
+            return None
+        return max(0.0, self.config.wall_time_limit_s - (time.monotonic() - self.started_at))
+
+    def execute_actions(self, message: dict[str, Any]) -> None:
+        """Run every action of ``message`` in order and add one observation per action.
+
+        Once an action submits (or the run must stop), the remaining actions of the turn are not
+        run but still answered, so every tool call has its observation; then the run ends.
+        """
+        actions = (message.get("extra") or {}).get("actions") or []
+        outputs: list[dict[str, Any]] = []
+        stop: BaseException | None = None
+        for action in actions:
+            if stop is not None:
+                outputs.append(not_run_result(f"Not run: an earlier command of this turn {self._why(stop)}."))
+                continue
+            try:
+                outputs.append(self.execute_action(action))
+            except Submitted as exc:
+                outputs.append(exc.result or {"output": exc.submission, "returncode": 0, "exception_info": ""})
+                stop = exc
+            except BaseException as exc:  # noqa: BLE001 - answered, then re-raised below
+                outputs.append(not_run_result(f"Not run: {exc}" if isinstance(exc, _Exit) else
+                                              f"The command did not finish: {type(exc).__name__}: {exc}"))
+                stop = exc
+        self.add_messages(*self.model.format_observation_messages(message, outputs, self.get_template_vars()))
+        if stop is not None:
+            raise stop
+
+    def execute_action(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Run one action (after ``approve``) and return its result dict.
+
+        Raises:
+            Submitted: the command submitted.
+            _Exit: the wall-time limit is reached.
+            SandboxError: the sandbox failed (see ``Environment.execute``).
+        """
+        left = self.time_left()
+        if left == 0:
+            raise _Exit(TIME_EXCEEDED, f"Wall-time limit reached ({self.config.wall_time_limit_s:g} seconds).")
+        try:
+            approved = self.approve(action)
+        except ActionRejected as exc:
+            result = not_run_result(f"The user rejected this command{': ' + exc.reason if exc.reason else '.'}")
+            result["extra"]["rejected"] = True
+            self.on_result(action, result)
+            return result
+        try:
+            result = self.env.execute(approved, **self._timeout_kwargs(left))
+        except Submitted as exc:
+            self.on_result(approved, exc.result)
+            raise
+        self.on_result(approved, result)
+        if approved.get("command") != action.get("command"):
+            result = edited_result(result, approved["command"])
+        return result
+
+    def _timeout_kwargs(self, left: float | None) -> dict[str, Any]:
+        """``timeout=`` for execute so a command cannot outlive the wall-time limit."""
+        if left is None:
+            return {}
+        default = getattr(getattr(self.env, "config", None), "timeout", None)
+        return {"timeout": max(0.1, left if default is None else min(default, left))}
+
+    def _interrupted(self, exc: InterruptAgentFlow) -> None:
+        """Add what an interrupt carries; end the run unless it was a format error."""
+        carried = [m for m in exc.messages if isinstance(m, dict)]
+        messages = [m for m in carried if m.get("role") != "exit"]
+        exits = [m for m in carried if m.get("role") == "exit"]
+        self.add_messages(*messages)
+        if isinstance(exc, FormatError):
+            return
+        if isinstance(exc, Submitted):
+            lines = len(exc.submission.splitlines())
+            self.add_messages(self._exit_message(SUBMITTED, f"Submitted ({lines} lines).", submission=exc.submission))
+        elif exits:
+            self.add_messages(exits[-1])
+        else:
+            status = TIME_EXCEEDED if isinstance(exc, TimeExceeded) else (
+                LIMITS_EXCEEDED if isinstance(exc, LimitsExceeded) else type(exc).__name__)
+            self.add_messages(self._exit_message(status, self._last_text(messages) or status))
+
+    # -- hooks -------------------------------------------------------------------------------
+    def approve(self, action: dict[str, Any]) -> dict[str, Any]:
+        """Return the action to run (possibly edited), or raise ``ActionRejected``. Default: as is."""
+        return action
+
+    def on_query(self, message: dict[str, Any]) -> None:
+        """Called with every reply the model gave (after it was added to the history)."""
+
+    def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
+        """Called after each command ran (or was rejected) with its result dict."""
+
+    # -- helpers -----------------------------------------------------------------------------
+    @staticmethod
+    def _exit_message(status: str, content: str, submission: str = "", **extra: Any) -> dict[str, Any]:
+        return _Exit(status, content, submission, **extra).message
+
+    @staticmethod
+    def _why(exc: BaseException) -> str:
+        if isinstance(exc, Submitted):
+            return "submitted"
+        if isinstance(exc, _Exit):
+            return f"ended the run ({exc.message['extra']['exit_status']})"
+        return f"failed ({type(exc).__name__})"
+
+    @staticmethod
+    def _last_text(messages: list[Any]) -> str:
+        for message in reversed(messages):
+            content = message.get("content") if isinstance(message, dict) else message
+            if isinstance(content, str) and content:
+                return content
+        return ""
+
+    # -- saving ------------------------------------------------------------------------------
+    def serialize(self) -> dict[str, Any]:
+        """The trajectory as a JSON-ready dict (mini-swe-agent's ``mini-swe-agent-1.1`` format)."""
+        from swe_sandbox import __version__
+        from swe_sandbox.agent.trajectory import TRAJECTORY_FORMAT, recursive_merge
+
+        extra = self._exit_extra()
+        agent_data = {
+            "info": {
+                "exit_status": extra.get("exit_status", ""),
+                "submission": extra.get("submission", ""),
+                "model_stats": {"instance_cost": self.model_cost,
+                                "api_calls": int(getattr(self.model, "n_calls", self.n_steps) or 0)},
+                "config": {"agent": self.config.model_dump(mode="json"),
+                           "agent_type": f"{type(self).__module__}.{type(self).__name__}"},
+                "swe_sandbox_version": __version__,
+            },
+            "messages": self.messages,
+            "trajectory_format": TRAJECTORY_FORMAT,
+        }
+        return recursive_merge(self.model.serialize(), self.env.serialize(), agent_data)
+
+    def save(self, path: str | Path | None = None) -> dict[str, Any]:
+        """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it."""
+        from swe_sandbox.agent.trajectory import write_trajectory
+
+        data = self.serialize()
+        path = path or self.config.output_path
+        if path:
+            write_trajectory(path, data)
+        return data

@@ -1,0 +1,176 @@
+"""The one retry policy of model calls (litellm's own retries are switched off by the caller).
+
+- Transient provider failures (rate limits, 5xx, connection errors, timeouts) are retried with
+  exponential backoff and jitter; a ``Retry-After`` header (seconds or an HTTP-date, also
+  ``retry-after-ms``) is honoured: the wait is at least that long.
+- A total time cap: no sleep reaches past ``max_total_s`` from the first attempt, so no attempt
+  starts after it (a request in flight is bounded by the provider timeout, e.g. ``model_kwargs.timeout``).
+- Authentication, not-found, permission-denied, bad-request (unsupported params, context window
+  exceeded, content policy) and unprocessable-entity errors get one attempt.
+- Either way a provider failure ends as ``ModelError`` naming the exception class and the
+  provider's message, redacted. ``KeyboardInterrupt`` passes through at once; exceptions that are
+  not provider failures (a bug) propagate unchanged.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import logging
+import random
+import re
+import time
+from datetime import datetime, timezone
+from typing import Any, Callable, Iterable, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from swe_sandbox.errors import ModelError
+from swe_sandbox.redact import redact
+
+logger = logging.getLogger("swe_sandbox.models")
+T = TypeVar("T")
+NON_RETRYABLE_NAMES = (
+    "AuthenticationError", "NotFoundError", "PermissionDeniedError", "BadRequestError",
+    "UnsupportedParamsError", "ContextWindowExceededError", "UnprocessableEntityError",
+)
+NON_RETRYABLE_STATUS = (400, 401, 403, 404, 422)
+
+
+class RetryConfig(BaseModel):
+    """When and how long a failed model call is retried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_attempts: int = Field(10, ge=1)
+    """Attempts in all, the first one included (1: never retry)."""
+    max_total_s: float = Field(300.0, gt=0)
+    """Seconds from the first attempt; no retry sleeps past this, so no attempt starts after it."""
+    backoff_base_s: float = Field(1.0, gt=0)
+    """Backoff before the first retry, in seconds; it doubles on each retry. The actual wait is
+    random in [backoff / 2, backoff] (jitter), and never less than the provider's ``Retry-After``."""
+    backoff_max_s: float = Field(60.0, gt=0)
+    """Upper bound of the backoff, in seconds (``Retry-After`` may ask for more)."""
+
+
+@functools.cache
+def provider_errors() -> tuple[type[BaseException], ...]:
+    """Exception classes that mean "the provider call failed" (litellm's derive from openai's)."""
+    import openai
+
+    return (openai.OpenAIError, ConnectionError, TimeoutError)
+
+
+@functools.cache
+def non_retryable_errors() -> tuple[type[BaseException], ...]:
+    """litellm's and openai's classes named in ``NON_RETRYABLE_NAMES`` (subclasses included)."""
+    import litellm
+    import openai
+
+    return tuple(getattr(mod, name) for mod in (litellm, openai) for name in NON_RETRYABLE_NAMES
+                 if isinstance(getattr(mod, name, None), type))
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """True for a provider failure that may pass on retry (never for ``KeyboardInterrupt``).
+
+    The HTTP status counts too: litellm reports some providers' 403 as a plain ``APIError``.
+    """
+    if not isinstance(exc, provider_errors()) or isinstance(exc, non_retryable_errors()):
+        return False
+    return getattr(exc, "status_code", None) not in NON_RETRYABLE_STATUS
+
+
+def retry_after_s(exc: BaseException, now: datetime | None = None) -> float | None:
+    """Seconds the provider asked to wait (``retry-after-ms`` or ``Retry-After``), or None.
+
+    Args:
+        exc: a litellm/openai exception; its response headers are read (``litellm_response_headers``,
+            else ``exc.response.headers``).
+        now (datetime | None): the current time, for an HTTP-date value. Defaults to now (UTC).
+    """
+    response = getattr(exc, "response", None)
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(response, "headers", None)
+    if not headers:
+        return None
+    headers = {str(k).lower(): str(v) for k, v in headers.items()}
+    try:
+        if "retry-after-ms" in headers:
+            return max(0.0, float(headers["retry-after-ms"]) / 1000)
+        return max(0.0, float(headers["retry-after"]))
+    except KeyError:
+        return None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(headers.get("retry-after", ""))
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+
+
+def describe(exc: BaseException) -> str:
+    """``"ClassName (HTTP 401) from openai: provider message"``, without litellm's repeated prefixes."""
+    name = type(exc).__name__
+    message = str(getattr(exc, "message", None) or exc or "")
+    message = re.sub(rf"^(litellm\.{name}:\s*)?({name}:\s*)?", "", message)
+    status = getattr(exc, "status_code", None)
+    provider = getattr(exc, "llm_provider", None)
+    return f"{name}{f' (HTTP {status})' if status else ''}{f' from {provider}' if provider else ''}: {message}"
+
+
+def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iterable[str] = ()) -> T:
+    """Call ``fn()`` under the retry policy of the module docstring.
+
+    Args:
+        fn: the provider call, without arguments.
+        config (RetryConfig): attempts, total cap (seconds) and backoff.
+        secrets (Iterable[str]): values to mask in logs and in the error message (e.g. the API key).
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        ModelError: a provider failure that is not retryable, or still failing when the attempts or
+            the total time ran out; the message names the class and the provider's message.
+        KeyboardInterrupt: at once. Any other exception of ``fn`` (a bug) propagates unchanged.
+    """
+    import tenacity
+
+    secrets = list(secrets)
+    retrying = tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(config.max_attempts) | tenacity.stop_before_delay(config.max_total_s),
+        wait=functools.partial(_wait, config),
+        retry=tenacity.retry_if_exception(is_retryable),
+        before_sleep=functools.partial(_log_retry, secrets),
+        reraise=True,
+    )
+    start = time.monotonic()
+    try:
+        return retrying(fn)
+    except provider_errors() as exc:
+        attempts = retrying.statistics.get("attempt_number", 1)
+        raise ModelError(redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)) from None
+
+
+def _wait(config: RetryConfig, state: Any) -> float:
+    backoff = min(config.backoff_max_s, config.backoff_base_s * 2 ** (state.attempt_number - 1))
+    asked = retry_after_s(state.outcome.exception()) if state.outcome else None
+    return max(random.uniform(backoff / 2, backoff), asked or 0.0)
+
+
+def _log_retry(secrets: list[str], state: Any) -> None:
+    exc = state.outcome.exception()
+    logger.warning(redact(f"model call failed ({describe(exc)}); retry {state.attempt_number} "
+                          f"in {state.upcoming_sleep:.1f} s", secrets))
+
+
+def _give_up_message(exc: BaseException, attempts: int, elapsed: float, config: RetryConfig) -> str:
+    if not is_retryable(exc):
+        return f"{describe(exc)} (not retried: this error does not pass by retrying)"
+    asked = retry_after_s(exc)
+    why = ""
+    if asked and elapsed + asked >= config.max_total_s:
+        why = f"the provider asked to wait {asked:.0f} s (Retry-After); "
+    return (f"{describe(exc)} (gave up after {attempts} attempt(s) in {elapsed:.1f} s; {why}limits: "
+            f"model.retry.max_attempts={config.max_attempts}, model.retry.max_total_s={config.max_total_s:g})")

@@ -1,0 +1,228 @@
+"""The ``run`` and ``demo`` commands, through typer's CliRunner on an app that registers them
+the way ``swe_sandbox.cli`` does, and through a real process for Ctrl-C."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from swe_sandbox.agent import cli as agent_cli
+from swe_sandbox.agent.cli import DEMO_HELP, RUN_HELP, demo, run
+
+SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"
+
+app = typer.Typer(add_completion=False, rich_markup_mode=None)
+app.command("run", help=RUN_HELP)(run)
+app.command("demo", help=DEMO_HELP)(demo)
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def scripted(*outputs) -> list[str]:
+    """``-c`` options that make ``run`` use DeterministicModel with these replies."""
+    return ["-c", "model.model_class=deterministic", "-c", f"model.outputs={json.dumps(list(outputs))}"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path) -> Path:
+    """A small git repository on the host: the user's workspace."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    (path / "hello.txt").write_text("hello\n")
+    git(path, "init", "-q")
+    git(path, "add", "-A")
+    git(path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    return path
+
+
+# -- demo --------------------------------------------------------------------------------------
+def test_demo_replays_and_verifies_the_fix():
+    result = invoke("demo")
+    assert result.exit_code == 0, result.output
+    assert "exit status: Submitted" in result.output
+    assert "-            if action == \"resolve\" and param in self.environment.globals:" in result.output
+    assert "git apply: ok" in result.output
+    assert "verified" in result.output and "NOT verified" not in result.output
+
+
+def test_demo_on_the_local_backend(tmp_path):
+    out = tmp_path / "demo.traj.json"
+    result = invoke("demo", "--env", "local", "-o", str(out))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["info"]["exit_status"] == "Submitted"
+    assert data["info"]["config"]["model_type"] == "swe_sandbox.models.replay.ReplayModel"
+    assert data["info"]["config"]["environment_type"] == "swe_sandbox.environments.local.LocalEnvironment"
+
+
+def test_the_bundled_trajectory_fixes_a_fresh_copy(tmp_path):
+    from swe_sandbox.agent import demo as demo_task
+
+    submission = json.loads(demo_task.TRAJECTORY.read_text())["info"]["submission"]
+    verdict = demo_task.verify_submission(submission, tmp_path / "v")
+    assert verdict.ok, verdict.output
+    assert not demo_task.verify_submission("", tmp_path / "w").ok
+
+
+# -- run -----------------------------------------------------------------------------------------
+def test_run_copies_the_workspace_and_submits_a_diff(backend, repo, tmp_path):
+    out = tmp_path / "runs" / "x.traj.json"
+    result = invoke("run", "--env", backend, "-w", str(repo), "-t", "say hi in French", "-o", str(out),
+                    *scripted("sed -i s/hello/bonjour/ hello.txt", SUBMIT_DIFF))
+    assert result.exit_code == 0, result.output
+    submission = (tmp_path / "runs" / "x.submission.txt").read_text()
+    assert "-hello\n+bonjour\n" in submission
+    assert "exit status: Submitted" in result.output and "+bonjour" in result.output
+    assert (repo / "hello.txt").read_text() == "hello\n" and git(repo, "status", "--porcelain") == ""
+    data = json.loads(out.read_text())
+    assert data["info"]["submission"] == submission
+    assert data["info"]["config"]["environment"]["backend"] == backend
+
+
+def test_run_with_a_task_file_and_a_config_file(backend, tmp_path):
+    task = tmp_path / "task.md"
+    task.write_text("Print the answer.\n")
+    config = tmp_path / "run.yaml"
+    config.write_text("agent:\n  step_limit: 5\nenvironment:\n  timeout: 7\n")
+    out = tmp_path / "t.json"
+    result = invoke("run", "--env", backend, "--task-file", str(task), "--config", str(config), "-o", str(out),
+                    *scripted("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo 42"))
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["info"]["submission"] == "42\n"
+    assert data["info"]["config"]["agent"]["step_limit"] == 5
+    assert data["info"]["config"]["environment"]["timeout"] == 7
+    assert "Print the answer." in data["messages"][1]["content"]
+
+
+def test_run_defaults_to_bwrap(tmp_path):
+    from conftest import require_backend
+
+    require_backend("bwrap")
+    out = tmp_path / "t.json"
+    result = invoke("run", "-t", "x", "-o", str(out), *scripted("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
+    assert result.exit_code == 0, result.output
+    env_type = json.loads(out.read_text())["info"]["config"]["environment_type"]
+    assert env_type == "swe_sandbox.environments.bwrap.BwrapEnvironment"
+
+
+def test_run_without_a_submission_exits_1(tmp_path):
+    out = tmp_path / "t.json"
+    result = invoke("run", "--env", "local", "-t", "x", "-o", str(out), "-c", "agent.step_limit=2",
+                    *scripted("echo 1", "echo 2", "echo 3"))
+    assert result.exit_code == 1, result.output
+    assert "exit status: LimitsExceeded" in result.output
+    assert "Step limit reached" in result.output
+    assert not (tmp_path / "t.submission.txt").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-t", "x"], "model.model_name: missing; pass -m/--model"),
+    (["-t", "x", "-m", "m", "-c", "agent.step_limt=3"], "agent.step_limt: unknown field"),
+    (["-t", "x", "-m", "m", "-c", "agnet.step_limit=3"], "must start with one of agent., model., environment."),
+    (["-t", "x", "-m", "m", "--env", "nope"], "unknown environment 'nope'"),
+    (["-t", "x", "-m", "m", "-c", "environment.timeout=-1"], "environment.timeout"),
+    (["-t", "x", "-c", "model.model_class=deterministic", "-c", "model.outputz=[]"], "model.outputz: unknown field"),
+    (["-t", "x", "-m", "m", "-w", "/no/such/dir"], "--workspace: /no/such/dir is not a directory"),
+])
+def test_run_config_errors_exit_2_and_name_the_field(args, message):
+    result = invoke("run", "--env", "local", *args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "exactly one of -t/--task and --task-file"),
+    (["-t", "x", "--task-file", "f"], "exactly one of -t/--task and --task-file"),
+    (["-t", "  "], "the task is empty"),
+    (["-t", "x", "-m", "m", "--confirm"], "needs an interactive terminal"),
+])
+def test_run_usage_errors(args, message):
+    result = invoke("run", *args)  # CliRunner's stdin is not a TTY
+    assert result.exit_code == 2
+    assert message in result.output
+
+
+def test_run_when_the_backend_is_unavailable_exits_3(monkeypatch):
+    from swe_sandbox.environments.bwrap import BwrapEnvironment
+
+    monkeypatch.setattr(BwrapEnvironment, "unavailable_reason", classmethod(lambda cls, *a: "no namespaces here"))
+    result = invoke("run", "--env", "bwrap", "-t", "x", *scripted("echo hi"))
+    assert result.exit_code == 3
+    assert "no namespaces here" in result.output and "--env local" in result.output
+
+
+# -- confirm -------------------------------------------------------------------------------------
+def test_confirm_mode_rejects_edits_and_stops_asking(monkeypatch, tmp_path):
+    from rich.console import Console
+
+    import swe_sandbox
+    from swe_sandbox.agent import load_run_config
+    from swe_sandbox.models.test_models import DeterministicModel
+
+    answers = iter([("reject", "not now"), ("edit", "echo edited"), ("all", "")])
+    asked: list[str] = []
+
+    def fake_ask(console, command):
+        asked.append(command)
+        return next(answers)
+
+    monkeypatch.setattr(agent_cli, "ask_approval", fake_ask)
+    model = DeterministicModel(outputs=[["echo one", "echo two"], "echo three",
+                                        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo end"])
+    console = Console(file=io.StringIO(), width=100)
+    with swe_sandbox.get_environment("local", cwd=str(tmp_path)) as env:
+        agent = agent_cli.make_cli_agent(model, env, console, confirm=True, **load_run_config()["agent"])
+        assert agent.run("t") == ("Submitted", "end\n")
+    assert asked == ["echo one", "echo two", "echo three"]
+    tools = [m for m in agent.messages if m["role"] == "tool"]
+    assert "rejected this command: not now" in tools[0]["content"]
+    assert "It ran as:\necho edited\n]\nedited\n</output>" in tools[1]["content"]
+    assert "<output>\nthree\n</output>" in tools[2]["content"]
+    shown = console.file.getvalue()
+    assert "$ echo one" in shown and "rejected" in shown and "returncode 0" in shown
+
+
+# -- Ctrl-C ------------------------------------------------------------------------------------
+def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
+    from conftest import host_processes_with, unique_marker, wait_host_gone
+
+    marker = unique_marker()
+    out = tmp_path / "t.json"
+    argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", "--env", backend, "-t", "x", "-o", str(out),
+            *scripted("echo started", f"sleep {marker}")]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in host_processes_with(marker) if "swe_sandbox.agent.cli" not in p]:
+            assert time.monotonic() < deadline, "the command never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, (stdout, stderr)
+    assert "interrupted; trajectory saved to" in stderr
+    data = json.loads(out.read_text())
+    assert data["info"]["exit_status"] == "KeyboardInterrupt"
+    assert [m["role"] for m in data["messages"]][-3:] == ["assistant", "tool", "exit"]
+    assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox.agent.cli" not in p] == []
