@@ -27,14 +27,18 @@ EXIT_BACKEND_UNAVAILABLE = 3
 EXIT_SANDBOX_FAILED = 4
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 EXIT_UNFINISHED = 125  # returncode outside 0..255 without a timeout (e.g. -1: closed mid-command)
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM / SIGHUP exit 128 + the signal number (143, 129)
+#: ``--timeout`` above this many seconds (about 11.6 days) is taken for a mistake. (The host waits
+#: with select/epoll, whose limit is about 2.1e6 s: a larger value would overflow there.)
+MAX_TIMEOUT_S = 1e6
 
 EXIT_CODES_HELP = """\
 Exit status of exec: the command's own returncode (0-255); 124 when the command timed out;
 125 when the command did not finish for another reason (its returncode was outside 0..255,
 e.g. -1); 2 for a usage or config error (the message names the field); 3 when the backend
-cannot run on this host; 4 when the sandbox failed (did not start, died or vanished). A command
-may exit 2, 3 or 4 by itself: use --json, whose "returncode" is authoritative, to tell them apart.
+cannot run on this host; 4 when the sandbox failed (did not start, died or vanished); 130 on
+Ctrl-C, 143 on SIGTERM, 129 on SIGHUP (the sandbox is removed first). A command may exit 2, 3 or
+4 by itself: use --json, whose "returncode" is authoritative, to tell them apart.
 """
 
 APP_HELP = f"""\
@@ -66,8 +70,9 @@ Check whether each backend (or only --env NAME) is usable here, and self-test it
 
 For each backend: can it run on this host (and if not, why), what it isolates, and a quick self
 check: start it, run `echo ok`, a 1-second timeout on `sleep 5` (must return within 2 s, timed
-out), and the round trip of `true`. Exit status 1 when the named backend, or without --env any
-built-in backend, fails; 2 for an unknown backend.
+out), and the round trip of `true`. A backend that cannot start with the given config (e.g. -c
+environment.bwrap_path=/nonexistent) is shown as not usable. Exit status 1 when the named backend,
+or without --env any built-in backend, fails; 2 for an unknown backend or a config error.
 """
 
 app = typer.Typer(
@@ -149,10 +154,39 @@ def run_guarded(body: Callable[[], int]) -> int:
         fail(EXIT_SANDBOX_FAILED, "sandbox failed", f"{type(exc).__name__}: {exc}")
     except SweSandboxError as exc:
         fail(EXIT_SANDBOX_FAILED, "error", f"{type(exc).__name__}: {exc}")
-    except KeyboardInterrupt:
-        typer.echo("swe-sandbox: interrupted", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as exc:
+        code, what = interrupt_exit(exc)
+        echo_err(f"swe-sandbox: {what}")
+        raise typer.Exit(code) from None
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def interrupt_exit(exc: BaseException) -> tuple[int, str]:
+    """Exit status and word for an interruption: 130 ``interrupted`` (Ctrl-C), or 128+N
+    ``terminated by SIGTERM`` for a signal turned into ``Terminated`` (``swe_sandbox.signals``)."""
+    from swe_sandbox.errors import Terminated
+
+    if isinstance(exc, Terminated):
+        return exc.exit_code, str(exc)
+    return EXIT_INTERRUPTED, "interrupted"
+
+
+def echo_err(text: str) -> None:
+    """One line on stderr; a stderr that is gone (SIGHUP: the terminal closed) is not an error."""
+    try:
+        typer.echo(text, err=True)
+    except (OSError, ValueError):
+        pass
+
+
+def check_timeout(timeout: float | None) -> None:
+    """Reject (one line, exit 2) a ``--timeout`` that is not a finite number of seconds in
+    (0, ``MAX_TIMEOUT_S``], before any sandbox is made."""
+    import math
+
+    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        fail(EXIT_CONFIG, "usage error", f"--timeout: must be a finite number of seconds, > 0 and <= "
+                                         f"{MAX_TIMEOUT_S:g} (got {timeout!r})")
 
 
 @app.command("exec", help=EXEC_HELP, context_settings={"allow_interspersed_args": False})
@@ -170,8 +204,8 @@ def exec_command(
     timeout: Annotated[
         Optional[float],
         typer.Option("--timeout", "-t", metavar="S",
-                     help="Seconds before the command's whole process tree is killed (exit 124). "
-                          "Default: the config's environment.timeout (60 in the presets)."),
+                     help="Seconds before the command's whole process tree is killed (exit 124); "
+                          "finite, at most 1e6. Default: the config's environment.timeout (60 in the presets)."),
     ] = None,
     cwd: Annotated[
         str, typer.Option("--cwd", metavar="DIR", help="Working directory inside the sandbox.")
@@ -183,11 +217,11 @@ def exec_command(
         Optional[List[str]],
         typer.Option("-c", "--set", metavar="KEY=VALUE",
                      help="Config override, repeatable, e.g. -c environment.timeout=5 "
-                          "-c environment.env.FOO=bar (values are YAML scalars)."),
+                          "-c environment.env.FOO=bar (values are read as JSON: numbers, true/false, "
+                          "null, [lists], {objects}; anything else is a string; env values always are)."),
     ] = None,
 ) -> None:
-    if timeout is not None and not timeout > 0:
-        raise typer.BadParameter("must be > 0 seconds", param_hint="'--timeout'")
+    check_timeout(timeout)
     text = read_command(list(command))
     if not text.strip():
         raise typer.BadParameter("the command is empty", param_hint="COMMAND")
@@ -218,13 +252,23 @@ TIMEOUT_CHECK_LIMIT_S = 2.0
 ROUND_TRIPS = 20
 
 
-def _check_backend(name: str, spec: Any) -> dict[str, Any]:
-    """Self-check one backend; never raises (a failure is reported in the returned row)."""
+def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
+                   raise_config_errors: bool = False) -> dict[str, Any]:
+    """Self-check one backend; a failure is reported in the returned row.
+
+    "Usable" means the backend can run here *with this config*: a sandbox that does not start
+    because of ``BackendUnavailable`` (e.g. ``bwrap_path`` names no binary) is not usable.
+
+    Raises:
+        ConfigError: only with ``raise_config_errors`` (the config or ``overrides`` are invalid);
+            otherwise a config error is the row's reason.
+    """
     import statistics
     import time
 
     from swe_sandbox import get_environment
     from swe_sandbox.environments import environment_class
+    from swe_sandbox.errors import BackendUnavailable, ConfigError
 
     row: dict[str, Any] = {"backend": name, "usable": False, "isolation": "", "steps": [], "ok": False}
     try:
@@ -240,13 +284,25 @@ def _check_backend(name: str, spec: Any) -> dict[str, Any]:
     if reason:
         row["reason"] = one_line(reason)
         return row
-    row["usable"] = True
+    try:
+        environment: Environment | None = get_environment(spec, overrides=list(overrides or []))
+    except ConfigError as exc:
+        if raise_config_errors:
+            raise
+        row["reason"] = "config error: " + one_line(str(exc).removeprefix("invalid config:"))
+        return row
+    except Exception as exc:
+        row["reason"] = f"{type(exc).__name__}: {one_line(str(exc))}"
+        return row
     steps = row["steps"]
-    environment: Environment | None = None
     try:
         t0 = time.perf_counter()
-        environment = get_environment(spec)
-        environment.start()
+        try:
+            environment.start()
+        except BackendUnavailable as exc:  # not usable with this config (e.g. no such bwrap_path)
+            row["reason"] = one_line(str(exc))
+            return row
+        row["usable"] = True
         steps.append((True, f"start {1000 * (time.perf_counter() - t0):.0f} ms"))
 
         r = environment.execute({"command": "echo ok"}, timeout=30)
@@ -287,7 +343,15 @@ def check_command(
         typer.Option("--env", "-e", metavar="NAME",
                      help="Check only this backend (or preset / YAML file); default: every backend."),
     ] = None,
+    overrides: Annotated[
+        Optional[List[str]],
+        typer.Option("-c", "--set", metavar="KEY=VALUE",
+                     help="Config override for the --env backend, repeatable, e.g. "
+                          "-c environment.bwrap_path=/usr/bin/bwrap (as for exec). Needs --env."),
+    ] = None,
 ) -> None:
+    if overrides and env is None:
+        raise typer.BadParameter("needs --env NAME (the backend the overrides are for)", param_hint="'-c'")
     def plan() -> list[tuple[str, Any, bool]]:
         """(backend name, config spec, required to pass) for each backend to check."""
         from swe_sandbox.config import load_environment_config, preset_names
@@ -311,7 +375,8 @@ def check_command(
 
     def body() -> int:
         targets = plan()
-        rows = [(_check_backend(name, spec), required) for name, spec, required in targets]
+        rows = [(_check_backend(name, spec, list(overrides or []), raise_config_errors=env is not None), required)
+                for name, spec, required in targets]
         render_check(rows)
         failed = [row["backend"] for row, required in rows if required and not row["ok"]]
         return EXIT_CHECK_FAILED if failed else EXIT_OK
@@ -361,8 +426,15 @@ app.command("demo")(demo_command)
 
 
 def main() -> None:
-    """Entry point of the ``swe-sandbox`` script and ``python -m swe_sandbox``."""
-    app(prog_name="swe-sandbox")
+    """Entry point of the ``swe-sandbox`` script and ``python -m swe_sandbox``.
+
+    SIGTERM and SIGHUP end a command the way Ctrl-C does (sandbox closed, trajectory saved),
+    with exit status 128 + the signal number.
+    """
+    from swe_sandbox.signals import terminate_on_signals
+
+    with terminate_on_signals():
+        app(prog_name="swe-sandbox")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ names the field and the allowed ones.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,7 +45,7 @@ class EnvironmentConfig(BaseModel):
 
     backend: str
     """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.environments.BACKENDS``)."""
-    timeout: float | None = Field(60.0, gt=0)
+    timeout: float | None = Field(60.0, gt=0, le=1e7, allow_inf_nan=False)
     """Default per-command timeout in seconds; ``execute(timeout=...)`` overrides it. ``None``: no limit."""
     cwd: str = ""
     """Working directory for commands when ``execute`` gets none; empty: the backend's default."""
@@ -52,8 +53,8 @@ class EnvironmentConfig(BaseModel):
     """Variables set in the sandbox (on top of ``DEFAULT_ENV``)."""
     forward_env: list[str] = Field(default_factory=list)
     """Names of host variables copied into the sandbox; nothing else of the host's environment enters."""
-    max_output_bytes: int = Field(10 << 20, ge=1024)
-    """Output kept per command, in bytes (head + tail halves); the rest is dropped and counted."""
+    max_output_bytes: int = Field(10 << 20, ge=1024, le=32 << 20)
+    """Output kept per command, in bytes (head + tail halves; at most 32 MiB); the rest is dropped and counted."""
     start_timeout: float = Field(60.0, gt=0)
     """Seconds to wait for the sandbox and its runner to come up."""
 
@@ -65,6 +66,36 @@ class EnvironmentConfig(BaseModel):
             return {k: v if isinstance(v, str) or v is None or isinstance(v, (dict, list)) else str(v)
                     for k, v in value.items()}
         return value
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, val in value.items():
+            _check_env_name(name)
+            if "\0" in val or not _encodable(val):
+                raise ValueError(f"value of {name!r} has a NUL byte or is not valid text")
+        return value
+
+    @field_validator("forward_env")
+    @classmethod
+    def _valid_forward_env(cls, value: list[str]) -> list[str]:
+        for name in value:
+            _check_env_name(name)
+        return value
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_env_name(name: str) -> None:
+    """POSIX-ish: a non-empty name without ``=`` or NUL, valid text."""
+    if not name or "=" in name or "\0" in name or not _encodable(name):
+        raise ValueError(f"{name!r} is not a valid environment variable name")
 
 
 def format_validation_error(exc: ValidationError, model: type[BaseModel], section: str) -> str:
@@ -142,8 +173,28 @@ def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, A
     return data
 
 
+def parse_override_value(raw: str) -> Any:
+    """The value of a ``-c key=value`` override: JSON when ``raw`` is JSON, else ``raw`` itself.
+
+    So ``20`` is 20, ``0.5`` is 0.5, ``true``/``false`` are booleans, ``null`` is None, and
+    ``["a", "b"]`` / ``{"k": 1}`` are a list / a dict; anything else stays the string it is:
+    ``yes``, ``on``, ``0123``, ``1_000``, ``2024-01-01``, ``NaN``, ``Infinity`` (no YAML 1.1 surprises).
+    """
+
+    def refuse(name: str) -> Any:  # json accepts NaN / Infinity; a config never means them
+        raise ValueError(name)
+
+    try:
+        return json.loads(raw, parse_constant=refuse)
+    except ValueError:
+        return raw
+
+
 def apply_overrides(data: dict[str, Any], pairs: list[str], section: str | None = None) -> dict[str, Any]:
-    """Apply ``key.sub=value`` pairs to a nested dict (values parsed as YAML scalars).
+    """Apply ``key.sub=value`` pairs to a nested dict.
+
+    Values are parsed by ``parse_override_value`` (JSON, else the raw string), except the value
+    of one environment variable (``environment.env.NAME=value``), which is always the raw string.
 
     Args:
         data: the config to change (changed in place and returned).
@@ -153,8 +204,6 @@ def apply_overrides(data: dict[str, Any], pairs: list[str], section: str | None 
     Raises:
         ConfigError: a pair without ``=`` or outside ``section``.
     """
-    import yaml
-
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
@@ -164,10 +213,9 @@ def apply_overrides(data: dict[str, Any], pairs: list[str], section: str | None 
             if parts[0] != section or len(parts) < 2:
                 raise ConfigError(f"override {pair!r}: key must start with '{section}.'")
             parts = parts[1:]
-        try:
-            value = yaml.safe_load(raw) if raw else ""
-        except yaml.YAMLError:
-            value = raw
+        full = key.split(".")  # with the section
+        env_var = len(full) == 3 and full[0] == "environment" and full[1] == "env"
+        value = raw if env_var else parse_override_value(raw)
         node = data
         for part in parts[:-1]:
             node = node.setdefault(part, {})

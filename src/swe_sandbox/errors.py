@@ -14,6 +14,9 @@
         ├── FormatError              the model's reply could not be parsed into actions
         ├── LimitsExceeded           step, cost or call limit reached
         └── TimeExceeded             wall-time limit reached
+    BaseException
+    └── KeyboardInterrupt
+        └── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.signals``)
 
 A command that fails (non-zero exit, timeout, missing ``cwd``) is *not* an exception: it is a
 result dict with ``returncode`` and ``exception_info`` set (DESIGN.md §1). Exceptions are for the
@@ -95,3 +98,28 @@ class Submitted(InterruptAgentFlow):
         self.args = (submission,)
         self.submission = submission
         self.result = result or {}
+
+
+class Terminated(KeyboardInterrupt):
+    """The process got a termination signal (SIGTERM, SIGHUP) while the command line ran.
+
+    A ``KeyboardInterrupt`` on purpose: every path that cleans up after Ctrl-C (closing the
+    sandbox, saving the trajectory) cleans up after these signals too.
+
+    Attributes:
+        signum (int): the signal number.
+        signal_name (str): its name, e.g. ``"SIGTERM"``.
+        exit_code (int): ``128 + signum``, the shell's convention for "killed by signal N".
+    """
+
+    def __init__(self, signum: int):
+        import signal
+
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        super().__init__(f"terminated by {name}")
+        self.signum = signum
+        self.signal_name = name
+        self.exit_code = 128 + signum

@@ -46,10 +46,15 @@ CMD_TOKEN_VAR = "SWE_SANDBOX_CMD"
 DRAIN_MAX_S = 0.25
 #: ... or until the pipe has been silent this long (seconds).
 DRAIN_IDLE_S = 0.05
+#: Time (seconds) a timeout may spend killing the command's tree; a close may spend four times it.
+KILL_BUDGET_S = 0.4
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
-KILL_COLLECT_S = 0.3
+KILL_COLLECT_S = 0.2
 READ_CHUNK = 1 << 20
-PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+# linux/prctl.h
+PR_SET_DUMPABLE = 4
+PR_SET_NAME = 15
+PR_SET_CHILD_SUBREAPER = 36
 
 
 def write_frame(stream, obj):
@@ -133,17 +138,47 @@ def proc_stat(pid):
     return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
 
 
-def proc_table():
-    """Return ``{pid: (ppid, pgid, starttime)}`` for every live (non-zombie) process in /proc."""
+def descendants(pid):
+    """Pids below ``pid`` from /proc/*/task/*/children, or None where the kernel lacks that file."""
+    found, frontier = [], [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            tids = os.listdir("/proc/%d/task" % parent)
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open("/proc/%d/task/%s/children" % (parent, tid), "rb") as f:
+                    kids = [int(k) for k in f.read().split()]
+            except FileNotFoundError:
+                if parent == pid:
+                    return None
+                kids = []
+            except OSError:
+                kids = []
+            found.extend(kids)
+            frontier.extend(kids)
+    return found
+
+
+def proc_table(root=None):
+    """Return ``{pid: (ppid, pgid, starttime)}`` of live (non-zombie) processes.
+
+    With ``root`` (this runner, a subreaper, so every process a command started stays below it)
+    only ``root``'s subtree is read, which is fast on a busy host; otherwise all of /proc.
+    """
+    pids = descendants(root) if root is not None else None
+    if pids is None:
+        try:
+            pids = [name for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return {}
     table = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:
-        return table
-    for name in names:
-        stat = proc_stat(name) if name.isdigit() else None
+    for pid in pids:
+        stat = proc_stat(pid)
         if stat is not None and stat[0] not in (b"Z", b"X"):
-            table[int(name)] = stat[1:]
+            table[int(pid)] = stat[1:]
     return table
 
 
@@ -185,16 +220,24 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
     return found
 
 
-def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None):
-    """SIGKILL the tree until nothing of it is left (bounded rounds, so a fork bomb ends too)."""
+def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, budget=KILL_BUDGET_S, scope=None):
+    """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
+
+    Each round stops every process found before killing it, so a fork bomb or a chain of
+    ``setsid`` re-spawns cannot outrun it for long; rounds repeat at once while victims are found.
+    """
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
-    for _ in range(20):
-        victims = find_tree(proc_table(), roots, pgid, marker, adopted_since)
-        if not victims:
+    deadline = time.monotonic() + budget
+    while True:
+        victims = find_tree(proc_table(scope), roots, pgid, marker, adopted_since)
+        if not victims and scope is not None:  # /proc/*/children can miss a process mid-fork
+            scope = None
+            victims = find_tree(proc_table(), roots, pgid, marker, adopted_since)
+        if not victims or time.monotonic() >= deadline:
             return
         for sig in (signal.SIGSTOP, signal.SIGKILL):
             for pid in victims:
@@ -202,7 +245,6 @@ def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None):
                     os.kill(pid, sig)
                 except OSError:
                     pass
-        time.sleep(0.005)
 
 
 def discard(fd):
@@ -226,6 +268,8 @@ class Runner(object):
         self.requests = []
         self.cond = threading.Condition()
         self.wake_r, self.wake_w = os.pipe()
+        #: Where kill_tree looks: this runner's subtree when it is a subreaper, else all of /proc.
+        self.scope = os.getpid() if SUBREAPER[0] else None
 
     # -- plumbing -----------------------------------------------------------------------------
     def wake(self):
@@ -260,7 +304,10 @@ class Runner(object):
     @staticmethod
     def command_fd(command):
         """An unlinked file holding ``command`` (memfd where there is one: nothing touches disk)."""
-        data = command.encode("utf-8", "surrogateescape")
+        try:
+            data = command.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a lone surrogate: pass it on rather than fail
+            data = command.encode("utf-8", "surrogatepass")
         try:
             fd = os.memfd_create("swe-sandbox-command", os.MFD_CLOEXEC)
         except (AttributeError, OSError):
@@ -277,7 +324,8 @@ class Runner(object):
         started = time.monotonic()
         cwd = req.get("cwd") or os.getcwd()
         if not os.path.isdir(cwd):
-            msg = "swe-sandbox: working directory %s does not exist" % cwd
+            why = "is not a directory" if os.path.exists(cwd) else "does not exist"
+            msg = "swe-sandbox: working directory %s %s" % (cwd, why)
             return self.result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
         token = "%s.%d" % (self.run_id, self.seq)
         env = dict(os.environ)
@@ -326,7 +374,7 @@ class Runner(object):
             now = time.monotonic()
             if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not self.closing
-                kill_tree([proc.pid], proc.pid, *tags)
+                kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
                 eof = self.read_until(sel, read_fd, buf, now + KILL_COLLECT_S, eof)
                 exited.wait(1.0)
                 break
@@ -414,12 +462,22 @@ class Runner(object):
     def shutdown(self):
         """Kill every process a command started (tokens, and orphans re-parented to us)."""
         marker = ("\0%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
-        kill_tree([os.getpid()], None, marker)
+        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
         self.reap()
+
+    def answer(self, req):
+        """The reply to one request; a bug or a bad request never ends the runner."""
+        if req.get("op") != "exec":
+            return {"op": "error", "message": "unknown op %r" % req.get("op")}
+        try:
+            return self.run(req)
+        except Exception as exc:  # report, stay alive for the next command
+            msg = "swe-sandbox runner error: %s: %s" % (type(exc).__name__, exc)
+            return self.result(msg + "\n", -1, msg, time.monotonic(), OutputBuffer(1 << 20))
 
     def serve(self):
         write_frame(self.stdout, {
-            "op": "ready", "protocol": PROTOCOL_VERSION, "pid": os.getpid(),
+            "op": "ready", "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "run_id": self.run_id,
             "python": "%d.%d.%d" % sys.version_info[:3], "cwd": os.getcwd(),
         })
         threading.Thread(target=self.read_requests, daemon=True).start()
@@ -429,10 +487,8 @@ class Runner(object):
                 if req is None:
                     return
                 self.reap()
-                if req.get("op") == "exec":
-                    reply = self.run(req)
-                else:
-                    reply = {"op": "error", "message": "unknown op %r" % req.get("op")}
+                reply = self.answer(req)
+                reply["id"] = req.get("id")
                 write_frame(self.stdout, reply)
         except (BrokenPipeError, OSError):
             return
@@ -445,18 +501,32 @@ def _num(value):
     return "%d" % value if value == int(value) else "%g" % value
 
 
-def set_subreaper():
+SUBREAPER = [False]
+
+
+def harden():
+    """Become a subreaper, non-dumpable and renamed; shrug off stray signals.
+
+    Non-dumpable: commands (same uid, no capabilities) can neither ptrace the runner nor open its
+    pipes through ``/proc/<pid>/fd``, so they cannot forge or eat frames. The name keeps
+    ``pkill python3`` from matching it, and no-op handlers (reset to default in commands at exec)
+    make ``pkill -f python`` harmless; the host ends the runner by closing its stdin.
+    """
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: None)
     try:
         import ctypes
 
-        ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None)
+        SUBREAPER[0] = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+        libc.prctl(PR_SET_NAME, ctypes.c_char_p(b"swe-sandbox-run"), 0, 0, 0)
     except Exception:
         pass  # not Linux, or no libc: orphans go to init, tokens still find them
 
 
 def main():
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    set_subreaper()
+    harden()
     Runner(sys.stdin.buffer, sys.stdout.buffer).serve()
 
 

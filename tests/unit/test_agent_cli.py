@@ -226,3 +226,131 @@ def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
     assert data["info"]["exit_status"] == "KeyboardInterrupt"
     assert [m["role"] for m in data["messages"]][-3:] == ["assistant", "tool", "exit"]
     assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox.agent.cli" not in p] == []
+
+
+# -- a lone surrogate in the model's tool-call arguments ------------------------------------------
+@pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning")  # litellm's import
+def test_a_lone_surrogate_from_the_model_does_not_crash_the_run(tmp_path):
+    from helpers.openai_server import ScriptedOpenAIServer, tool_call
+
+    out = tmp_path / "t.json"
+    replies = [tool_call(arguments='{"command": "echo \\ud800 hi"}'),  # JSON escape of a lone surrogate
+               tool_call("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo done")]
+    with ScriptedOpenAIServer(replies) as server:
+        result = CliRunner().invoke(app, ["run", "--env", "local", "-m", "openai/scripted", "-t", "x", "-o", str(out),
+                                          "-c", f"model.model_kwargs.api_base={server.url}/v1",
+                                          "-c", "model.model_kwargs.api_key=sk-test-0123456789",
+                                          "-c", "model.cost_tracking=ignore_errors"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_bytes().decode("utf-8"))
+    assert data["info"]["exit_status"] == "Submitted"
+    assert data["messages"][2]["extra"]["actions"][0]["command"] == "echo \ud800 hi"
+
+
+# -- secrets in what the command line shows and saves --------------------------------------------
+SECRET = "ghp_cliSecretValue0123456789"
+
+
+def test_progress_and_submission_mask_secrets_like_the_trajectory(monkeypatch, tmp_path):
+    monkeypatch.setenv("SWE_SANDBOX_CLI_TEST_TOKEN", SECRET)
+    out = tmp_path / "t.json"
+    result = invoke("run", "--env", "local", "-t", "x", "-o", str(out),
+                    *scripted(f"echo {SECRET} > /dev/null",
+                              f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo token={SECRET}"))
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output  # progress on stderr, summary on stdout
+    assert "$ echo *** > /dev/null" in result.output and "token=***" in result.output
+    submission = (tmp_path / "t.submission.txt").read_text()
+    assert submission == "token=***\n" == json.loads(out.read_text())["info"]["submission"]
+
+
+@pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning")  # litellm's import
+def test_credentials_in_api_base_are_masked_in_the_trajectory_and_errors(tmp_path):
+    out = tmp_path / "t.json"
+    result = invoke("run", "--env", "local", "-t", "x", "-o", str(out), "-m", "openai/m",
+                    "-c", "model.model_kwargs.api_base=http://user:pw-SECRET-123456@127.0.0.1:9/v1",
+                    "-c", "model.model_kwargs.api_key=sk-test-0123456789", "-c", "model.retry.max_attempts=1")
+    assert result.exit_code == 1, result.output  # connection refused: a ModelError
+    text = out.read_text()
+    assert "pw-SECRET-123456" not in text + result.output
+    assert "http://user:***@127.0.0.1:9/v1" in text
+
+
+# -- special files in the workspace -------------------------------------------------------------
+def test_special_files_in_the_workspace_are_skipped_with_a_warning(backend, repo, tmp_path):
+    import socket
+
+    os.mkfifo(repo / "fifo")
+    (repo / "sub").mkdir()
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(repo / "sub" / "s"))
+        (repo / "sub" / "kept.txt").write_text("kept\n")
+        out = tmp_path / "t.json"
+        result = invoke("run", "--env", backend, "-w", str(repo), "-t", "x", "-o", str(out),
+                        *scripted("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && find . -path ./.git -prune -o -print "
+                                  "| sort && git status --porcelain"))
+    finally:
+        sock.close()
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    assert "warning: --workspace: skipped 2 special file(s)" in result.output
+    assert "fifo" in result.output and "sub/s" in result.output
+    submission = (tmp_path / "t.submission.txt").read_text()
+    assert submission.split() == [".", "./hello.txt", "./sub", "./sub/kept.txt", "??", "sub/"]  # .git copied too
+    assert (repo / "fifo").exists() and (repo / "sub" / "s").exists()  # the user's directory is untouched
+
+
+# -- -o validated before anything runs ----------------------------------------------------------
+@pytest.mark.parametrize("kind", ["directory", "under a file"])
+def test_an_unusable_output_path_exits_2_before_any_step(tmp_path, kind):
+    if kind == "directory":
+        out, expected = tmp_path, "is a directory"
+    else:
+        (tmp_path / "file").write_text("")
+        out, expected = tmp_path / "file" / "t.json", "cannot create the directory"
+    result = invoke("run", "--env", "local", "-t", "x", "-o", str(out), *scripted("echo should-not-run"))
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("swe-sandbox: config error: --output:"), result.output
+    assert expected in lines[0] and "step 1" not in result.output
+
+
+# -- demo validates --env first -----------------------------------------------------------------
+def test_demo_with_an_unknown_env_says_only_that():
+    result = invoke("demo", "--env", "nope")
+    assert result.exit_code == 2, result.output
+    assert "Replaying" not in result.output and "unknown environment 'nope'" in result.output
+    assert len([line for line in result.output.splitlines() if line.strip()]) == 1, result.output
+
+
+# -- SIGTERM / SIGHUP ---------------------------------------------------------------------------
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend, tmp_path, signum):
+    from conftest import host_processes_with, unique_marker, wait_host_gone
+
+    marker = unique_marker()
+    out = tmp_path / "t.json"
+    argv = [sys.executable, "-m", "swe_sandbox", "run", "--env", backend, "-t", "x", "-o", str(out),
+            *scripted("echo started", f"sleep {marker}")]
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:
+            assert time.monotonic() < deadline, "the command never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    name = signal.Signals(signum).name
+    assert proc.returncode == 128 + signum, (stdout, stderr)
+    assert f"terminated by {name}; trajectory saved to" in stderr and "Traceback" not in stderr
+    data = json.loads(out.read_text())
+    assert data["info"]["exit_status"] == name
+    assert data["messages"][-1]["content"] == f"Terminated by signal {name}."
+    assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox" not in p] == []

@@ -162,3 +162,28 @@ def test_shipped_default_config_is_package_data():
 
     assert default_config_path().is_file()
     assert Path(default_config_path()).parent.name == "config"
+
+
+# -- text UTF-8 cannot encode ----------------------------------------------------------------------
+def test_lone_surrogates_are_written_as_valid_json(tmp_path):
+    """A lone surrogate (a model may send "\\ud800" in its JSON) never breaks the writer."""
+    path = tmp_path / "t.json"
+    data = {"messages": [{"role": "assistant", "content": "bad \ud800 and \udcff, fine \u00e9 \U0001f600"}],
+            "info": {"odd \udfff name": "x"}}
+    write_trajectory(path, data)
+    raw = path.read_bytes()
+    text = raw.decode("utf-8")  # strict: valid UTF-8
+    assert json.loads(text) == data  # read back to the same strings
+    assert "\\ud800" in text and "\u00e9" in text  # escaped only where needed
+    atomic_write_text(tmp_path / "s.txt", "sub \ud800 mission")
+    assert (tmp_path / "s.txt").read_bytes() == b"sub ? mission"
+
+
+def test_a_command_with_a_lone_surrogate_ends_the_run_with_a_status(sandbox, tmp_path):
+    out = tmp_path / "traj.json"
+    model = DeterministicModel(outputs=["echo a\ud800b", f"{SUBMIT} && echo done"])
+    status, submission = agent_for(model, sandbox, output_path=out).run("t")
+    data = json.loads(out.read_bytes().decode("utf-8"))
+    assert data["info"]["exit_status"] == status != ""
+    assert data["messages"][-1]["role"] == "exit"
+    assert data["messages"][2]["extra"]["actions"][0]["command"] == "echo a\ud800b"

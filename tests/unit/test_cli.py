@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -378,3 +379,93 @@ def test_import_swe_sandbox_imports_no_sdk():
     assert done.returncode == 0, done.stderr
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
     assert not loaded & {"docker", "podman", "paramiko", "litellm", "openai", "anthropic"}
+
+
+# -- found by testing: --timeout, check -c, termination signals -----------------------------------
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e12", "1e7", "1000001", "0", "-1"])
+def test_exec_rejects_a_non_finite_or_absurd_timeout_itself(value, monkeypatch):
+    import swe_sandbox
+
+    def no_environment(*args, **kwargs):
+        raise AssertionError("the CLI must reject the timeout before making an environment")
+
+    monkeypatch.setattr(swe_sandbox, "get_environment", no_environment, raising=False)
+    result = invoke("exec", "--env", "local", "--timeout", value, "--", "true")
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert_one_clean_line(result.stderr)
+    assert "--timeout" in result.stderr and "finite" in result.stderr
+
+
+def test_exec_accepts_a_large_finite_timeout():
+    result = invoke("exec", "--env", "local", "--timeout", "1e6", "--", "echo ok")
+    assert (result.exit_code, result.stdout) == (0, "ok\n")
+
+
+def test_check_with_a_bwrap_path_that_does_not_exist_is_not_usable():
+    result = invoke("check", "--env", "bwrap", "-c", "environment.bwrap_path=/nonexistent")
+    assert result.exit_code == cli.EXIT_CHECK_FAILED, result.output
+    text = " ".join(result.stdout.split())
+    assert "│ yes" not in result.stdout and "no: bubblewrap (/nonexistent) is not installed" in text
+    assert "FAIL" in text
+
+
+def test_check_config_errors_exit_2_like_exec():
+    result = invoke("check", "--env", "local", "-c", "environment.tmeout=5")
+    assert result.exit_code == 2, result.output
+    assert_one_clean_line(result.stderr)
+    assert "environment.tmeout: unknown field" in result.stderr
+    result = invoke("check", "-c", "environment.timeout=5")  # for which backend?
+    assert result.exit_code == 2 and "needs --env" in result.stderr
+
+
+def _bwrap_workspaces_of(parent_pid: int) -> list[str]:
+    """The ``--bind HOST /workspace`` directories of the bwrap processes whose parent is ``parent_pid``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            if int(stat[stat.rfind(b")") + 2:].split()[1]) != parent_pid:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().decode().split("\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        found += [argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--bind"]
+    return found
+
+
+@pytest.mark.bwrap
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_exec_termination_signals_close_the_sandbox(signum):
+    """SIGTERM / SIGHUP end exec like Ctrl-C: the command's processes and the temporary workspace go."""
+    import time
+
+    from conftest import host_processes_with, unique_marker, wait_host_gone
+
+    require_bwrap()
+    marker = unique_marker()
+    proc = subprocess.Popen([sys.executable, "-m", "swe_sandbox", "exec", "--env", "bwrap", "--", f"sleep {marker}"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:
+            assert time.monotonic() < deadline, "the command never started"
+            assert proc.poll() is None, proc.communicate()
+            time.sleep(0.05)
+        workspaces = _bwrap_workspaces_of(proc.pid)
+        assert workspaces and all(os.path.isdir(w) for w in workspaces), workspaces
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signum, (stdout, stderr)
+    assert stderr.strip() == f"swe-sandbox: terminated by {signal.Signals(signum).name}"
+    assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox" not in p] == []
+    assert [w for w in workspaces if os.path.exists(w)] == []

@@ -103,7 +103,8 @@ def test_unknown_preset_and_backend_are_config_errors():
 
 def test_overrides_nest_and_parse_scalars():
     data = apply_overrides({}, ["environment.timeout=5", "environment.env.A=1", "environment.cwd=/x"], "environment")
-    assert data == {"timeout": 5, "env": {"A": 1}, "cwd": "/x"}
+    # an environment variable's value is kept as written (it ends as the string "1" either way)
+    assert data == {"timeout": 5, "env": {"A": "1"}, "cwd": "/x"}
     env = get_environment("local", overrides=["environment.env.A=1"])
     assert env.config.env == {"A": "1"}
     with pytest.raises(ConfigError):
@@ -125,3 +126,22 @@ def test_import_starts_nothing_and_loads_no_backend():
     code = "import sys, swe_sandbox; print(sorted(m for m in sys.modules if m.startswith('swe_sandbox')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert "swe_sandbox.environments.bwrap" not in out and "swe_sandbox.environments.local" not in out
+
+
+@pytest.mark.parametrize("raw, value", [
+    ("20", 20), ("0.5", 0.5), ("-3", -3), ("1e3", 1000.0), ("true", True), ("false", False), ("null", None),
+    ('["a", 1]', ["a", 1]), ('{"k": {"n": 2}}', {"k": {"n": 2}}), ('"quoted"', "quoted"),
+    # not JSON: the string as written (YAML 1.1 read these as True, 83, 1000, a date, NaN)
+    ("yes", "yes"), ("no", "no"), ("on", "on"), ("0123", "0123"), ("1_000", "1_000"), ("2024-01-01", "2024-01-01"),
+    ("NaN", "NaN"), ("Infinity", "Infinity"), ("inf", "inf"), ("[a, b]", "[a, b]"), ("", ""), ("a=b", "a=b"),
+])
+def test_override_values_are_json_else_the_raw_string(raw, value):
+    data = apply_overrides({}, [f"agent.x={raw}"])
+    assert data == {"agent": {"x": value}} and type(data["agent"]["x"]) is type(value)
+
+
+@pytest.mark.parametrize("raw", ["yes", "0123", "true", "1e5", "1.50", "null", "[1]", " spaced "])
+def test_override_of_an_environment_variable_keeps_the_value_as_written(raw):
+    assert apply_overrides({}, [f"environment.env.FOO={raw}"], "environment") == {"env": {"FOO": raw}}
+    assert apply_overrides({}, [f"environment.env.FOO={raw}"]) == {"environment": {"env": {"FOO": raw}}}
+    assert get_environment("local", overrides=[f"environment.env.FOO={raw}"]).config.env == {"FOO": raw}

@@ -122,3 +122,46 @@ def test_trajectory_of_returned_messages_is_clean():
     assert message["content"] == "I found *** and ***"
     assert_clean(trajectory)
     assert_clean(model.serialize())
+
+
+# -- credentials in URLs -----------------------------------------------------------------------------
+URL_PASSWORD = "pw-SECRET-123456"
+API_BASE = f"http://user:{URL_PASSWORD}@127.0.0.1:9/v1"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (f"api_base={API_BASE}", "api_base=http://user:***@127.0.0.1:9/v1"),
+    ("postgres://me:p@ss@db:5432/x", "postgres://me:***@db:5432/x"),
+    ("https://h/a?api_key=abc&q=1&accessToken=zz#f", "https://h/a?api_key=***&q=1&accessToken=***#f"),
+    ("https://s3/b?X-Amz-Credential=AKIA1&X-Amz-Signature=dead", "https://s3/b?X-Amz-Credential=***&X-Amz-Signature=***"),
+    ("https://h/?keyword=python&monkey=1&page=2", "https://h/?keyword=python&monkey=1&page=2"),
+    ("http://host:8080/path?x=1 and git@github.com:o/r.git", "http://host:8080/path?x=1 and git@github.com:o/r.git"),
+    ("https://user@github.com/o/r", "https://user@github.com/o/r"),
+])
+def test_redact_masks_credentials_in_urls(text, expected):
+    assert redact(text) == expected
+
+
+def test_url_credentials_are_secrets_masked_everywhere():
+    found = find_secrets({"model_kwargs": {"api_base": API_BASE}})
+    assert found == {URL_PASSWORD}
+    out = redact({"api_base": API_BASE, "log": [f"connect failed with password {URL_PASSWORD}"]})
+    assert out == {"api_base": "http://user:***@127.0.0.1:9/v1", "log": [f"connect failed with password {MASK}"]}
+
+
+def test_api_base_credentials_never_reach_serialize_templates_logs_or_errors(caplog, tmp_path):
+    from swe_sandbox.agent.trajectory import write_trajectory
+
+    model = LitellmModel(model_name="openai/m", model_kwargs={"api_base": API_BASE, "api_key": API_KEY},
+                         cost_tracking="ignore_errors", retry={"max_attempts": 2, "backoff_base_s": 0.01})
+    assert model.serialize()["info"]["config"]["model"]["model_kwargs"]["api_base"] == \
+        "http://user:***@127.0.0.1:9/v1"
+    assert URL_PASSWORD not in json.dumps(model.serialize()) + json.dumps(model.get_template_vars(), default=str)
+    with caplog.at_level(logging.WARNING, "swe_sandbox.models"), pytest.raises(ModelError) as info:
+        model.query(TASK)  # port 9: connection refused, retried once, then a ModelError
+    assert "retry 1" in caplog.text
+    assert URL_PASSWORD not in caplog.text and URL_PASSWORD not in str(info.value)
+    path = tmp_path / "t.json"
+    write_trajectory(path, {"info": {"config": {"model": {"model_kwargs": {"api_base": API_BASE}}}},
+                            "messages": [{"role": "user", "content": f"see {API_BASE} ({URL_PASSWORD})"}]})
+    assert URL_PASSWORD not in path.read_text() and "http://user:***@127.0.0.1:9/v1" in path.read_text()

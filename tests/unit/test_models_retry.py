@@ -155,3 +155,51 @@ def test_retry_after_as_http_date_through_the_server():
         make_model(server).query(TASK)
     assert len(server.requests) == 2
     assert server.log[1].time - server.log[0].time >= 0.9  # whole seconds in the date: 1..2 s
+
+
+# -- missing or wrong credentials ----------------------------------------------------------------
+MISSING_KEY = ("Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, or set the "
+               "`OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable.")
+
+
+@pytest.mark.parametrize("message", [
+    MISSING_KEY,
+    "The api_key client option must be set either by passing api_key to the client or by setting the "
+    "OPENAI_API_KEY environment variable",
+    "No API key provided.",
+])
+def test_a_500_about_missing_credentials_is_not_retried(message):
+    """litellm reports a missing key as InternalServerError (HTTP 500): one request, then a clear error."""
+    with ScriptedOpenAIServer([error(500, message)] + [tool_call("ls")] * 3) as server:
+        start = time.monotonic()
+        with pytest.raises(ModelError) as info:
+            make_model(server, max_total_s=60).query(TASK)
+    assert len(server.requests) == 1 and time.monotonic() - start < 5
+    assert "(HTTP 500)" in str(info.value)  # InternalServerError, or litellm's own AuthenticationError
+    assert "not retried: the credentials are missing or wrong" in str(info.value)
+
+
+def test_a_rate_limit_or_an_ordinary_500_is_still_retried():
+    replies = [error(429, "Rate limit reached for api key org-123 in requests per min"),
+               error(500, "The server had an error while processing your request"), tool_call("ls")]
+    with ScriptedOpenAIServer(replies) as server:
+        make_model(server).query(TASK)
+    assert len(server.requests) == 3
+
+
+def test_litellm_without_an_api_key_fails_at_once(monkeypatch):
+    """No key at all: litellm fails before sending anything, and that is not retried either."""
+    for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY", "AZURE_OPENAI_API_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    with ScriptedOpenAIServer([tool_call("ls")] * 3) as server:
+        model = LitellmModel(model_name="openai/m", model_kwargs={"api_base": server.url + "/v1"},
+                             cost_tracking="ignore_errors", retry={**FAST, "max_total_s": 60})
+        start = time.monotonic()
+        with pytest.raises(ModelError, match="credentials are missing or wrong") as info:
+            model.query(TASK)
+    assert time.monotonic() - start < 5 and len(server.requests) == 0
+    assert "Missing credentials" in str(info.value) and "OPENAI_API_KEY" in str(info.value)
+
+
+def test_the_default_total_retry_cap_is_two_minutes():
+    assert RetryConfig().max_total_s == 120

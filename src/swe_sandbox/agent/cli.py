@@ -12,12 +12,14 @@ the backends are imported inside the commands, so ``--help`` stays fast.
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, List, Optional
 
 import typer
 
@@ -32,7 +34,7 @@ EXIT_NOT_SUBMITTED = 1  # limits, time, repeated format errors, a model error, .
 EXIT_CONFIG = 2
 EXIT_BACKEND_UNAVAILABLE = 3
 EXIT_SANDBOX_FAILED = 4
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM / SIGHUP: 128 + the signal number (143, 129)
 
 #: ``run`` uses this backend unless ``--env`` or the config's ``environment.backend`` names another.
 DEFAULT_BACKEND = "bwrap"
@@ -54,11 +56,14 @@ The model works through one tool, bash; every command runs in a fresh `bash -c` 
 commands; `local` has NO isolation and must be asked for). --workspace copies a host directory
 into the sandbox's working directory (for local: a fresh temporary copy), so your directory is
 never modified. The trajectory (mini-swe-agent's format) is saved after every step to --output;
-the submission is saved next to it. Ctrl-C saves the trajectory and removes the sandbox.
+the submission is saved next to it. Special files in --workspace (FIFOs, sockets, devices) are
+skipped with a warning. Ctrl-C, SIGTERM and SIGHUP save the trajectory and remove the sandbox.
+API keys and other secrets are masked (***) in the trajectory, the submission and the progress.
 
 \b
 Exit status: 0 submitted; 1 ended without a submission (a limit, repeated format errors, a model
-error); 2 usage or config error; 3 backend unavailable; 4 sandbox failed; 130 interrupted.
+error); 2 usage or config error; 3 backend unavailable; 4 sandbox failed; 130 interrupted;
+143 SIGTERM, 129 SIGHUP.
 """
 
 DEMO_HELP = """\
@@ -78,16 +83,16 @@ def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = 
 
     class CliAgent(DefaultAgent):
         def on_query(self, message: dict[str, Any]) -> None:
-            show_query(console, self.n_steps, self.model_cost, message)
+            show_query(console, self.n_steps, self.model_cost, message, secrets=self.known_secrets())
 
         def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
-            show_result(console, action, result)
+            show_result(console, action, result, secrets=self.known_secrets())
 
         def approve(self, action: dict[str, Any]) -> dict[str, Any]:
             nonlocal confirm
             if not confirm:
                 return action
-            answer, value = ask_approval(console, action["command"])
+            answer, value = ask_approval(console, action["command"])  # unmasked: the user approves what runs
             if answer == "all":
                 confirm = False
             if answer == "reject":
@@ -99,23 +104,29 @@ def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = 
     return CliAgent(model, env, **config)
 
 
-def show_query(console: "Console", step: int, cost: float, message: dict[str, Any]) -> None:
-    """One header line per step, and the model's text (cut to a few lines)."""
+def show_query(console: "Console", step: int, cost: float, message: dict[str, Any],
+               secrets: Iterable[str] = ()) -> None:
+    """One header line per step, and the model's text (cut to a few lines), secrets masked."""
     from rich.text import Text
 
+    from swe_sandbox.redact import redact
+
     console.rule(Text(f"step {step}  ·  ${cost:.4f}", style="bold"), align="left")
-    content = message.get("content")
+    content = redact(message.get("content"), secrets)
     if isinstance(content, str) and content.strip():
         lines = content.strip().splitlines()
         shown = "\n".join(lines[:6]) + (f"\n… ({len(lines) - 6} more lines)" if len(lines) > 6 else "")
         console.print(Text(shown, style="dim"))
 
 
-def show_result(console: "Console", action: dict[str, Any], result: dict[str, Any]) -> None:
-    """The command (first lines) and how it ended: return code, duration, timeout, rejection."""
+def show_result(console: "Console", action: dict[str, Any], result: dict[str, Any],
+                secrets: Iterable[str] = ()) -> None:
+    """The command (first lines, secrets masked) and how it ended: return code, duration, timeout, rejection."""
     from rich.text import Text
 
-    lines = str(action.get("command", "")).splitlines() or [""]
+    from swe_sandbox.redact import redact
+
+    lines = redact(str(action.get("command", "")), secrets).splitlines() or [""]
     command = "\n  ".join(lines[:4]) + (f"\n  … ({len(lines) - 4} more lines)" if len(lines) > 4 else "")
     console.print(Text("$ ", style="bold cyan") + Text(command))
     extra = result.get("extra") or {}
@@ -136,7 +147,9 @@ def show_result(console: "Console", action: dict[str, Any], result: dict[str, An
 
 
 def ask_approval(console: "Console", command: str) -> tuple[str, str]:
-    """Ask whether to run ``command``: ``("run", "")``, ``("all", "")``, ``("reject", reason)`` or ``("edit", new)``."""
+    """Ask whether to run ``command``: ``("run", "")``, ``("all", "")``, ``("reject", reason)`` or ``("edit", new)``.
+
+    The command is shown as it will run (secrets included: the user approves exactly that)."""
     from rich.markup import escape
     from rich.prompt import Prompt
     from rich.syntax import Syntax
@@ -190,6 +203,25 @@ def submission_path(trajectory: Path) -> Path:
     return trajectory.with_name(name + ".submission.txt")
 
 
+def check_output_path(path: Path) -> None:
+    """Raise ``ConfigError`` unless the trajectory (and the submission beside it) can be written
+    at ``path``: not a directory, its directory exists or can be created, and is writable.
+    Checked before anything runs, so a bad ``-o`` costs no model call."""
+    from swe_sandbox.errors import ConfigError
+
+    for target in (path, submission_path(path)):
+        if target.is_dir():
+            raise ConfigError(f"--output: {target} is a directory; give a file name, e.g. "
+                              f"{target / 'run.traj.json'}")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output: cannot create the directory {parent}: {exc.strerror or exc}") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output: the directory {parent} is not writable")
+
+
 def check_model_config(model: dict[str, Any]) -> None:
     """Raise ``ConfigError`` when a provider model has no name (the usual mistake: no ``-m``)."""
     from swe_sandbox.errors import ConfigError
@@ -218,14 +250,94 @@ def require_usable(backend: str) -> None:
         raise BackendUnavailable(f"{backend}: {reason}{hint}")
 
 
-def build_environment(data: dict[str, Any], workspace: Path | None) -> tuple["Environment", Path | None]:
+def special_files(root: Path) -> list[Path]:
+    """Entries under ``root`` that are neither regular files, directories nor symlinks (FIFOs,
+    sockets, devices), relative to ``root``, sorted. Symlinks are not followed."""
+    found: list[Path] = []
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:  # unreadable: the copy reports it
+            continue
+        for entry in entries:
+            try:
+                if entry.is_symlink() or entry.is_file(follow_symlinks=False):
+                    continue
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(Path(entry.path))
+                    continue
+            except OSError:
+                continue
+            found.append(Path(entry.path).relative_to(root))
+    return sorted(found)
+
+
+def _ignore_special(directory: str, names: list[str]) -> set[str]:
+    """``shutil.copytree`` ignore function: the special files (see ``special_files``) of ``directory``."""
+    ignored = set()
+    for name in names:
+        try:
+            mode = os.lstat(os.path.join(directory, name)).st_mode
+        except OSError:
+            continue
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISLNK(mode)):
+            ignored.add(name)
+    return ignored
+
+
+def upload_workspace(environment: "Environment", workspace: Path, target: str,
+                     warn: Callable[[str], None] | None = None) -> None:
+    """Copy the directory ``workspace`` to ``target`` in the sandbox, without its special files.
+
+    FIFOs, sockets and devices cannot be copied (and a FIFO would block the copy): when there are
+    any, ``warn`` gets one line naming them and the copy goes through a temporary staging
+    directory that leaves them out. ``workspace`` itself is never modified.
+
+    Raises:
+        ConfigError: the copy failed (an unreadable file...); one line, naming the first problem.
+    """
+    from swe_sandbox.errors import ConfigError
+
+    special = special_files(workspace)
+    staging: Path | None = None
+    source = workspace
+    try:
+        if special:
+            names = ", ".join(str(p) for p in special[:3]) + (f", ... ({len(special) - 3} more)"
+                                                              if len(special) > 3 else "")
+            if warn is not None:
+                warn(f"--workspace: skipped {len(special)} special file(s) (FIFO, socket or device), "
+                     f"not copied into the sandbox: {names}")
+            staging = Path(tempfile.mkdtemp(prefix="swe-sandbox-staging-"))
+            source = staging / "workspace"
+            shutil.copytree(workspace, source, symlinks=True, ignore=_ignore_special)
+        environment.upload(source, target)
+    except shutil.Error as exc:  # copytree's list of (src, dst, why)
+        problems = exc.args[0] if exc.args and isinstance(exc.args[0], list) else [str(exc)]
+        first = problems[0]
+        detail = f"{first[0]}: {first[2]}" if isinstance(first, tuple) and len(first) == 3 else str(first)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ConfigError(f"--workspace: cannot copy {workspace} into the sandbox: {detail}{more}") from None
+    except OSError as exc:
+        raise ConfigError(f"--workspace: cannot copy {workspace} into the sandbox: {exc}") from None
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def build_environment(data: dict[str, Any], workspace: Path | None,
+                      warn: Callable[[str], None] | None = None) -> tuple["Environment", Path | None]:
     """Create the environment and put a copy of ``workspace`` in its working directory.
 
     ``local`` gets a fresh temporary copy as its ``cwd`` (returned, to be removed after the run);
     other backends get the copy uploaded to their ``cwd`` or, failing that, their ``mount_point``.
+    Special files (FIFOs, sockets, devices) are left out, with a line to ``warn``.
 
     Raises:
-        ConfigError: ``workspace`` is not a directory, or the backend has no directory to put it in.
+        ConfigError: ``workspace`` is not a directory, the backend has no directory to put it in,
+            or the copy failed.
     """
     from swe_sandbox.environments import get_environment
     from swe_sandbox.errors import ConfigError
@@ -247,7 +359,7 @@ def build_environment(data: dict[str, Any], workspace: Path | None) -> tuple["En
         if not target:
             raise ConfigError(f"--workspace: backend {data.get('backend')!r} has no working directory to copy it "
                               "to; set -c environment.cwd=DIR")
-        environment.upload(workspace, target)
+        upload_workspace(environment, workspace, target, warn)
     except BaseException:
         if environment is not None:
             environment.close()
@@ -263,6 +375,10 @@ def exit_code(status: str) -> int:
         return EXIT_SUBMITTED
     if status == "KeyboardInterrupt":
         return EXIT_INTERRUPTED
+    if status in ("SIGTERM", "SIGHUP"):  # errors.Terminated
+        import signal
+
+        return 128 + int(getattr(signal, status))
     if status == "BackendUnavailable":
         return EXIT_BACKEND_UNAVAILABLE
     if status in SANDBOX_FAILURES:
@@ -277,22 +393,31 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     """Build model, environment and agent from ``config``, run ``task``, save trajectory and submission.
 
     Returns:
-        tuple[str, str]: ``(exit_status, submission)``.
+        tuple[str, str]: ``(exit_status, submission)``; the submission with secrets masked, exactly
+        as in the trajectory's ``info.submission`` (and the saved ``.submission.txt``).
 
     Raises:
-        ConfigError, BackendUnavailable: before anything ran.
-        KeyboardInterrupt: after the trajectory was saved and the sandbox removed.
+        ConfigError, BackendUnavailable: before anything ran (a bad ``output`` path included).
+        KeyboardInterrupt: after the trajectory was saved and the sandbox removed (also
+            ``errors.Terminated``, for SIGTERM / SIGHUP).
     """
+    from rich.text import Text
+
     from swe_sandbox.agent.default import AgentConfig
     from swe_sandbox.config import validate
     from swe_sandbox.models import get_model
 
     validate(AgentConfig, {**config["agent"], "output_path": output}, section="agent")
+    check_output_path(output)
     check_model_config(config["model"])
     data = environment_config(env_spec, config["environment"])
     require_usable(str(data.get("backend")))
     model = get_model(config["model"])
-    environment, scratch = build_environment(data, workspace)
+
+    def warn(text: str) -> None:
+        console.print(Text("warning: ", style="yellow") + Text(text), soft_wrap=True)  # one line
+
+    environment, scratch = build_environment(data, workspace, warn)
     try:
         with environment:
             agent = make_cli_agent(model, environment, console, confirm=confirm,
@@ -301,14 +426,16 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
+    from swe_sandbox.redact import redact
+
     if status == "Submitted":
         from swe_sandbox.agent.trajectory import atomic_write_text
 
+        submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
         atomic_write_text(submission_path(output), submission)
     elif agent.messages and agent.messages[-1].get("content"):
-        from rich.text import Text
-
-        console.print(Text(f"{status}: ", style="red") + Text(str(agent.messages[-1]["content"])))
+        content = redact(str(agent.messages[-1]["content"]), agent.known_secrets())
+        console.print(Text(f"{status}: ", style="red") + Text(content))
     return status, submission
 
 
@@ -336,7 +463,9 @@ def guarded(body) -> int:
     from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SweSandboxError
 
     def fail(code: int, kind: str, message: str) -> int:
-        text = " ".join(line.strip() for line in str(message).splitlines() if line.strip())
+        from swe_sandbox.redact import redact
+
+        text = " ".join(line.strip() for line in redact(str(message)).splitlines() if line.strip())
         typer.echo(f"swe-sandbox: {kind}: {text}", err=True)
         return code
 
@@ -414,13 +543,32 @@ def run(
         try:
             status, submission = run_agent(config, text, str(env_spec), workspace=workspace, output=path,
                                            console=console, confirm=confirm)
-        except KeyboardInterrupt:
-            typer.echo(f"swe-sandbox: interrupted; trajectory saved to {path}", err=True)
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            code, what = interrupt_exit(exc)
+            echo_err(f"swe-sandbox: {what}; trajectory saved to {path}")
+            return code
         show_summary(progress_console_stdout(), status, submission, path)
         return exit_code(status)
 
     raise typer.Exit(guarded(body))
+
+
+def interrupt_exit(exc: BaseException) -> tuple[int, str]:
+    """Exit status and word for an interruption: 130 ``interrupted`` (Ctrl-C), or 128+N
+    ``terminated by SIGTERM`` for a signal turned into ``errors.Terminated``."""
+    from swe_sandbox.errors import Terminated
+
+    if isinstance(exc, Terminated):
+        return exc.exit_code, str(exc)
+    return EXIT_INTERRUPTED, "interrupted"
+
+
+def echo_err(text: str) -> None:
+    """One line on stderr; a stderr that is gone (SIGHUP: the terminal closed) is not an error."""
+    try:
+        typer.echo(text, err=True)
+    except (OSError, ValueError):
+        pass
 
 
 def progress_console_stdout() -> "Console":
@@ -461,6 +609,7 @@ def demo(
         console = progress_console()
         out = progress_console_stdout()
         backend = env or best_backend(console)
+        require_usable(str(environment_config(backend, {}).get("backend")))  # a bad --env: nothing printed yet
         workdir = Path(tempfile.mkdtemp(prefix="swe-sandbox-demo-"))
         try:
             repo = demo_task.make_repo(workdir / "jinja2")
@@ -482,9 +631,10 @@ def demo(
             out.print("[bold green]verified[/]: the fix applies and the doctests pass" if verdict.ok
                       else "[bold red]NOT verified[/]", highlight=False)
             return EXIT_SUBMITTED if verdict.ok else EXIT_NOT_SUBMITTED
-        except KeyboardInterrupt:
-            typer.echo("swe-sandbox: interrupted", err=True)
-            return EXIT_INTERRUPTED
+        except KeyboardInterrupt as exc:
+            code, what = interrupt_exit(exc)
+            echo_err(f"swe-sandbox: {what}")
+            return code
         except RuntimeError as exc:  # git failed, or this Jinja2 has no line to inject the bug into
             typer.echo(f"swe-sandbox: demo: {exc}", err=True)
             return EXIT_NOT_SUBMITTED
@@ -510,7 +660,10 @@ def main() -> None:  # pragma: no cover - a stand-alone entry point until swe_sa
                       context_settings={"help_option_names": ["-h", "--help"]})
     app.command("run")(run)
     app.command("demo")(demo)
-    app(prog_name="swe-sandbox")
+    from swe_sandbox.signals import terminate_on_signals
+
+    with terminate_on_signals():  # SIGTERM / SIGHUP clean up as Ctrl-C does
+        app(prog_name="swe-sandbox")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,7 +28,8 @@ def load_run_config(path: str | Path | None = None, overrides: list[str] | tuple
     Args:
         path: a YAML file; None: the shipped ``config/default.yaml``.
         overrides: ``section.key=value`` strings, e.g. ``agent.step_limit=20`` or
-            ``model.model_kwargs.api_base=http://127.0.0.1:8000/v1`` (values are YAML scalars).
+            ``model.model_kwargs.api_base=http://127.0.0.1:8000/v1`` (values are read as JSON, else
+            kept as strings; see ``swe_sandbox.config.parse_override_value``).
 
     Returns:
         dict: ``{"agent": {...}, "model": {...}, "environment": {...}}`` (every section present).

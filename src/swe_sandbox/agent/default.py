@@ -183,7 +183,8 @@ class DefaultAgent:
             traceback is in the exit message). ``submission`` is ``""`` unless submitted.
 
         Raises:
-            KeyboardInterrupt: after the trajectory was saved with exit status ``KeyboardInterrupt``.
+            KeyboardInterrupt: after the trajectory was saved with exit status ``KeyboardInterrupt``
+                (Ctrl-C), or the signal's name (``SIGTERM``, ``SIGHUP``) for ``errors.Terminated``.
             ConfigError: a template is invalid or uses an unknown variable (nothing ran).
         """
         self.extra_template_vars = {**self.extra_template_vars, "task": task, **kwargs}
@@ -193,8 +194,8 @@ class DefaultAgent:
         self.started_at = time.monotonic()
         try:
             self.start_env()
-        except KeyboardInterrupt:
-            self.add_messages(self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C)."))
+        except KeyboardInterrupt as exc:
+            self.add_messages(self._interrupt_exit(exc))
             self.save()
             raise
         except Exception as exc:
@@ -208,8 +209,8 @@ class DefaultAgent:
         while self.messages[-1].get("role") != "exit":
             try:
                 self.step()
-            except KeyboardInterrupt:
-                self.add_messages(self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C)."))
+            except KeyboardInterrupt as exc:
+                self.add_messages(self._interrupt_exit(exc))
                 raise
             except _Exit as exc:
                 self.add_messages(*exc.messages, exc.message)
@@ -228,8 +229,19 @@ class DefaultAgent:
         if callable(start):
             start()
 
+    def _interrupt_exit(self, exc: KeyboardInterrupt) -> dict[str, Any]:
+        """The exit message of Ctrl-C (``KeyboardInterrupt``) or of a termination signal
+        (``errors.Terminated``: the exit status is the signal's name, e.g. ``SIGTERM``)."""
+        from swe_sandbox.errors import Terminated
+
+        if isinstance(exc, Terminated):
+            return self._exit_message(exc.signal_name, f"Terminated by signal {exc.signal_name}.")
+        return self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C).")
+
     def _failure_exit(self, exc: Exception) -> dict[str, Any]:
-        logger.warning("agent stopped by %s: %s", type(exc).__name__, exc)
+        from swe_sandbox.redact import redact
+
+        logger.warning("agent stopped by %s: %s", type(exc).__name__, redact(str(exc), self.known_secrets()))
         return self._exit_message(type(exc).__name__, str(exc) or type(exc).__name__,
                                   exception_str=str(exc), traceback=traceback.format_exc())
 
@@ -410,12 +422,35 @@ class DefaultAgent:
         }
         return recursive_merge(self.model.serialize(), self.env.serialize(), agent_data)
 
+    def known_secrets(self) -> set[str]:
+        """Secret values of the model's and the environment's configs: those under secret-looking
+        keys (``model_kwargs.api_key``, ``env.GITHUB_TOKEN``...) and credentials in URLs
+        (``api_base``). They are masked in the saved trajectory, besides what ``redact`` finds itself."""
+        from swe_sandbox.redact import find_secrets
+
+        found: set[str] = set()
+        for part in (self.model, self.env):
+            dump = getattr(getattr(part, "config", None), "model_dump", None)
+            if callable(dump):
+                try:
+                    found |= find_secrets(dump())
+                except Exception:  # noqa: BLE001 - a foreign config that does not dump: nothing to add
+                    pass
+        return found
+
+    def redacted(self) -> dict[str, Any]:
+        """The trajectory exactly as ``save`` writes it: ``serialize()`` with every secret masked."""
+        from swe_sandbox.redact import redact
+
+        return redact(self.serialize(), self.known_secrets())
+
     def save(self, path: str | Path | None = None) -> dict[str, Any]:
-        """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it."""
+        """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it
+        (unredacted; the file has the secrets masked, see ``redacted``)."""
         from swe_sandbox.agent.trajectory import write_trajectory
 
         data = self.serialize()
         path = path or self.config.output_path
         if path:
-            write_trajectory(path, data)
+            write_trajectory(path, data, self.known_secrets())
         return data

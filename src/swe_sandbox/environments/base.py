@@ -14,24 +14,28 @@ waits, turns a lost runner into ``SandboxDied`` and recognises the submission se
 from __future__ import annotations
 
 import json
+import math
 import os
 import selectors
 import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 from swe_sandbox import runner
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
-from swe_sandbox.errors import ProtocolError, SandboxDied, SandboxError, SandboxStartError, Submitted
+from swe_sandbox.errors import ConfigError, ProtocolError, SandboxDied, SandboxError, SandboxStartError, Submitted
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
 #: runner itself answers within timeout + ~0.6 s; this only catches a frozen or lost runner.
-HOST_GRACE_S = 10.0
+HOST_GRACE_S = 5.0
+#: Longest per-command timeout accepted, in seconds (about 115 days).
+MAX_TIMEOUT_S = 1e7
 _RUNNER_SOURCE: bytes | None = None
 
 
@@ -41,6 +45,21 @@ def runner_payload() -> bytes:
     if _RUNNER_SOURCE is None:
         _RUNNER_SOURCE = Path(runner.__file__).read_bytes()
     return b"%d\n" % len(_RUNNER_SOURCE) + _RUNNER_SOURCE
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """Return ``timeout`` (seconds) if it is None or a finite number in (0, ``MAX_TIMEOUT_S``].
+
+    Raises:
+        ConfigError: anything else (checked before a request is sent, so nothing is half-done).
+    """
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise ConfigError(f"timeout: expected a number of seconds, got {timeout!r}")
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
+        raise ConfigError(f"timeout: must be a finite number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
+    return float(timeout)
 
 
 def find_submission(output: str, returncode: int) -> str | None:
@@ -62,6 +81,9 @@ class Channel:
     Backends whose runner is reached otherwise (a socket, an SSH channel) subclass it and
     override ``_write`` and ``_read_some``.
     """
+
+    #: Largest frame accepted, in bytes: a bound on host memory whatever the sandbox sends.
+    max_frame = 256 << 20
 
     def __init__(self, proc: subprocess.Popen, stderr_file=None):
         self.proc = proc
@@ -99,6 +121,8 @@ class Channel:
         while True:
             if size is None and len(self._buf) >= 4:
                 (size,) = struct.unpack(">I", self._buf[:4])
+                if size > self.max_frame:
+                    raise ProtocolError(f"the runner announced a {size}-byte frame (limit {self.max_frame})")
             if size is not None and len(self._buf) >= 4 + size:
                 frame = bytes(self._buf[4 : 4 + size])
                 del self._buf[: 4 + size]
@@ -108,7 +132,7 @@ class Channel:
                     raise ProtocolError(f"bad frame from runner: {exc}") from None
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise SandboxDied(f"the sandbox stopped answering (no reply within {timeout:.0f} s)")
+                raise SandboxDied(f"the sandbox stopped answering (no reply within {timeout:g} s)")
             try:
                 data = self._read_some(left)
             except OSError as exc:
@@ -191,6 +215,8 @@ class Environment:
         self.config = config
         self._channel: Channel | None = None
         self._closed = False
+        self._lock = threading.RLock()
+        self._seq = 0
         self.info: dict[str, Any] = {}
 
     # -- primitives backends provide -------------------------------------------------------------
@@ -259,35 +285,44 @@ class Environment:
         command = action if isinstance(action, str) else action.get("command")
         if not isinstance(command, str):
             raise TypeError(f"action must be {{'command': str}}, got {action!r}")
-        timeout = self.config.timeout if timeout is None else timeout
-        self.start()
-        request = {
-            "op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
-            "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
-        }
-        try:
-            self._channel.send(request)
-            reply = self._channel.recv(None if timeout is None else timeout + HOST_GRACE_S)
-        except SandboxDied:
-            self.close()
-            raise
-        if reply.get("op") != "result":
-            raise ProtocolError(f"expected a result frame, got {reply!r}")
+        timeout = check_timeout(self.config.timeout if timeout is None else timeout)
+        with self._lock:  # one command at a time per sandbox; callers in other threads wait
+            reply = self._round_trip({
+                "op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
+                "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
+            })
         result = {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
         submission = find_submission(result["output"], result["returncode"])
         if submission is not None:
             raise Submitted(submission, result)
         return result
 
+    def _round_trip(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return its reply; a lost or confused runner closes the sandbox."""
+        self.start()
+        self._seq += 1
+        request["id"] = self._seq
+        timeout = request["timeout"]
+        try:
+            self._channel.send(request)
+            reply = self._channel.recv(None if timeout is None else timeout + HOST_GRACE_S)
+            if reply.get("op") != "result" or reply.get("id") != self._seq:
+                raise ProtocolError(f"expected the result of request {self._seq}, got {str(reply)[:200]}")
+        except SandboxError:
+            self.close()
+            raise
+        return reply
+
     def close(self) -> None:
         """End every process started in the sandbox and remove it. Idempotent."""
-        self._closed = True
-        channel, self._channel = self._channel, None
-        try:
-            if channel is not None:
-                channel.close()
-        finally:
-            self._stop()
+        with self._lock:
+            self._closed = True
+            channel, self._channel = self._channel, None
+            try:
+                if channel is not None:
+                    channel.close()
+            finally:
+                self._stop()
 
     def __enter__(self):
         return self

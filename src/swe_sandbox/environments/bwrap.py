@@ -12,12 +12,13 @@ from __future__ import annotations
 import functools
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments.base import Channel, Environment, copy_path, spawn_runner
@@ -26,6 +27,7 @@ from swe_sandbox.runner import BOOTSTRAP
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/ssh")
+RESERVED_MOUNTS = ("/", *SYSTEM_DIRS, "/proc", "/dev", "/tmp", "/var/tmp", "/sys", "/run")
 
 
 class BwrapConfig(EnvironmentConfig):
@@ -43,7 +45,16 @@ class BwrapConfig(EnvironmentConfig):
     python: str = ""
     """Interpreter for the runner inside; empty: ``python3`` from the system, else this process's own (bound read-only)."""
     bwrap_path: str = "bwrap"
-    """The bubblewrap binary."""
+    """The bubblewrap binary (looked up in the host's PATH, never the sandbox's)."""
+
+    @field_validator("mount_point")
+    @classmethod
+    def _mount_point(cls, value: str) -> str:
+        norm = os.path.normpath(value)
+        if not value.startswith("/") or norm != value.rstrip("/") or norm in RESERVED_MOUNTS \
+                or any(norm.startswith(d + "/") for d in RESERVED_MOUNTS if d != "/"):
+            raise ValueError(f"must be a normalised absolute path outside {', '.join(RESERVED_MOUNTS)}")
+        return norm
 
 
 @functools.lru_cache(maxsize=None)
@@ -127,25 +138,63 @@ class BwrapEnvironment(Environment):
         reason = self.unavailable_reason(self.config.bwrap_path)
         if reason:
             raise BackendUnavailable(reason)
+        argv = self.bwrap_argv()
+        argv[0] = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
         base = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
-        return spawn_runner(self.bwrap_argv(), self.sandbox_env(base))
+        return spawn_runner(argv, self.sandbox_env(base))
 
     def _stop(self) -> None:
         if self._tmp_workspace is not None:
             shutil.rmtree(self._tmp_workspace, ignore_errors=True)
             self._tmp_workspace = None
+        elif self.config.workspace is not None:
+            strip_setid_bits(Path(self.config.workspace))
 
     def _host_path(self, path: str) -> Path:
-        inside = Path(path) if os.path.isabs(path) else Path(self.config.mount_point) / path
+        """The host path behind sandbox ``path``; symlinks and ``..`` must stay in the workspace.
+
+        Raises:
+            ValueError: ``path`` is outside the workspace mount, or resolves outside it.
+        """
+        inside = Path(os.path.normpath(Path(self.config.mount_point) / path))
         try:
             rel = inside.relative_to(self.config.mount_point)
         except ValueError:
             raise ValueError(f"{path}: only paths under {self.config.mount_point} can be copied") from None
-        return self.workspace / rel
+        root = self.workspace.resolve()
+        host = (root / rel).resolve()
+        if host != root and root not in host.parents:
+            raise ValueError(f"{path}: resolves outside {self.config.mount_point} (a symlink?)")
+        return host
 
     def upload(self, src, dst: str) -> None:
-        copy_path(Path(src), self._host_path(dst))
+        """Copy host ``src`` to ``dst`` under the workspace mount; never writes through a symlink."""
+        src, inside = Path(src), Path(self.config.mount_point) / dst
+        if not src.is_dir():
+            copy_path(src, self._host_path(str(inside)))
+            return
+        for dirpath, _, files in os.walk(src):
+            here = self._host_path(str(inside / Path(dirpath).relative_to(src)))
+            here.mkdir(parents=True, exist_ok=True)
+            for name in files:
+                if (here / name).is_symlink():
+                    (here / name).unlink()
+                copy_path(Path(dirpath) / name, here / name)
 
     def download(self, src: str, dst) -> None:
+        """Copy ``src`` under the workspace mount to host ``dst`` (symlinks inside are copied as links)."""
         copy_path(self._host_path(src), Path(dst))
+
+
+def strip_setid_bits(root: Path) -> None:
+    """Clear setuid/setgid bits a sandbox left in a host workspace (its files are the caller's)."""
+    for dirpath, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(dirpath, name)
+            try:
+                mode = os.lstat(path).st_mode
+                if mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(mode):
+                    os.chmod(path, mode & ~(stat.S_ISUID | stat.S_ISGID) & 0o7777)
+            except OSError:
+                pass
 

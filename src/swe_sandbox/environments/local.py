@@ -13,7 +13,7 @@ from pathlib import Path
 
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments.base import Channel, Environment, copy_path, spawn_runner
-from swe_sandbox.runner import BOOTSTRAP
+from swe_sandbox.runner import BOOTSTRAP, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
 PASSTHROUGH_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -38,6 +38,12 @@ class LocalEnvironment(Environment):
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         argv = [self.config.python or sys.executable, "-c", BOOTSTRAP]
         return spawn_runner(argv, self.sandbox_env(base), cwd=self.config.cwd or None)
+
+    def _stop(self) -> None:
+        """If the runner died before it could, end what its commands left running on the host."""
+        run_id = self.info.get("run_id")
+        if run_id:
+            kill_tree(marker=f"\0{RUN_TOKEN_VAR}={run_id}\0".encode(), budget=1.0)
 
     def upload(self, src, dst) -> None:
         copy_path(Path(src), Path(dst))

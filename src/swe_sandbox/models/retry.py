@@ -6,7 +6,12 @@
 - A total time cap: no sleep reaches past ``max_total_s`` from the first attempt, so no attempt
   starts after it (a request in flight is bounded by the provider timeout, e.g. ``model_kwargs.timeout``).
 - Authentication, not-found, permission-denied, bad-request (unsupported params, context window
-  exceeded, content policy) and unprocessable-entity errors get one attempt.
+  exceeded, content policy) and unprocessable-entity errors get one attempt. So does any other
+  error whose message says credentials are missing or wrong (``CREDENTIALS_ERROR_RE``): without
+  an API key litellm raises an ``InternalServerError`` (HTTP 500) "Missing credentials. Please
+  pass an `api_key`...", which no retry can fix. Rate limits and timeouts are always retried.
+- The default total cap is 120 s (``model.retry.max_total_s``), enough to ride out a short
+  outage or a rate-limit window without leaving a run hanging for long.
 - Either way a provider failure ends as ``ModelError`` naming the exception class and the
   provider's message, redacted. ``KeyboardInterrupt`` passes through at once; exceptions that are
   not provider failures (a bug) propagate unchanged.
@@ -35,6 +40,19 @@ NON_RETRYABLE_NAMES = (
     "UnsupportedParamsError", "ContextWindowExceededError", "UnprocessableEntityError",
 )
 NON_RETRYABLE_STATUS = (400, 401, 403, 404, 422)
+#: Statuses retried whatever the message says (a rate limit's message may mention the API key).
+ALWAYS_RETRYABLE_STATUS = (408, 429)
+#: Messages that mean the credentials are missing or wrong, whatever the class or HTTP status.
+CREDENTIALS_ERROR_RE = re.compile(
+    r"missing credentials"
+    r"|api[_ -]?key client option must be set"
+    r"|(no|missing|invalid|incorrect|wrong|bad)\s+(\S+\s+)?(x-)?api[_ -]?key"
+    r"|api[_ -]?key\b[^.]{0,40}?\b(is\s+)?(missing|required|not\s+(set|provided|found|valid)|invalid)"
+    r"|authentication\s+(failed|error|required|credentials)"
+    r"|(invalid|missing|no)\s+(authentication|credentials|auth\s+token|bearer\s+token)"
+    r"|unauthori[sz]ed",
+    re.IGNORECASE,
+)
 
 
 class RetryConfig(BaseModel):
@@ -44,8 +62,9 @@ class RetryConfig(BaseModel):
 
     max_attempts: int = Field(10, ge=1)
     """Attempts in all, the first one included (1: never retry)."""
-    max_total_s: float = Field(300.0, gt=0)
-    """Seconds from the first attempt; no retry sleeps past this, so no attempt starts after it."""
+    max_total_s: float = Field(120.0, gt=0)
+    """Seconds from the first attempt; no retry sleeps past this, so no attempt starts after it
+    (default 120: a short outage or rate-limit window passes, a lasting failure ends the run soon)."""
     backoff_base_s: float = Field(1.0, gt=0)
     """Backoff before the first retry, in seconds; it doubles on each retry. The actual wait is
     random in [backoff / 2, backoff] (jitter), and never less than the provider's ``Retry-After``."""
@@ -71,14 +90,27 @@ def non_retryable_errors() -> tuple[type[BaseException], ...]:
                  if isinstance(getattr(mod, name, None), type))
 
 
+def is_credentials_error(exc: BaseException) -> bool:
+    """True when the message of ``exc`` says the credentials are missing or wrong
+    (``CREDENTIALS_ERROR_RE``), unless it is a rate limit or a timeout (HTTP 429 / 408)."""
+    if getattr(exc, "status_code", None) in ALWAYS_RETRYABLE_STATUS or isinstance(exc, TimeoutError):
+        return False
+    if type(exc).__name__ in ("RateLimitError", "Timeout", "APITimeoutError"):
+        return False
+    return bool(CREDENTIALS_ERROR_RE.search(str(getattr(exc, "message", None) or exc or "")))
+
+
 def is_retryable(exc: BaseException) -> bool:
     """True for a provider failure that may pass on retry (never for ``KeyboardInterrupt``).
 
-    The HTTP status counts too: litellm reports some providers' 403 as a plain ``APIError``.
+    The HTTP status counts too: litellm reports some providers' 403 as a plain ``APIError``; and
+    so does the message: a missing API key comes as an HTTP 500 (``is_credentials_error``).
     """
     if not isinstance(exc, provider_errors()) or isinstance(exc, non_retryable_errors()):
         return False
-    return getattr(exc, "status_code", None) not in NON_RETRYABLE_STATUS
+    if getattr(exc, "status_code", None) in NON_RETRYABLE_STATUS:
+        return False
+    return not is_credentials_error(exc)
 
 
 def retry_after_s(exc: BaseException, now: datetime | None = None) -> float | None:
@@ -167,6 +199,9 @@ def _log_retry(secrets: list[str], state: Any) -> None:
 
 def _give_up_message(exc: BaseException, attempts: int, elapsed: float, config: RetryConfig) -> str:
     if not is_retryable(exc):
+        if is_credentials_error(exc):
+            return (f"{describe(exc)} (not retried: the credentials are missing or wrong; set the provider's "
+                    "API key, e.g. OPENAI_API_KEY / ANTHROPIC_API_KEY, or model.model_kwargs.api_key)")
         return f"{describe(exc)} (not retried: this error does not pass by retrying)"
     asked = retry_after_s(exc)
     why = ""

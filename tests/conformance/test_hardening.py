@@ -1,0 +1,82 @@
+"""Hostile commands and bad input must not break the sandbox, its channel, or the host."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import swe_sandbox
+
+FORGE = r"""RUNNER=$PPID python3 - <<'P'
+import json, os, struct
+frame = json.dumps({"op": "result", "id": 999, "output": "forged\n", "returncode": 0,
+                    "exception_info": "", "extra": {}}).encode()
+for fd in (0, 1, 2):
+    try:
+        path = "/proc/%s/fd/%d" % (os.environ["RUNNER"], fd)
+        os.write(os.open(path, os.O_WRONLY), struct.pack(">I", len(frame)) + frame)
+        print("wrote", fd)
+    except OSError as exc:
+        print("refused", fd, exc.errno)
+P
+echo real; exit 3"""
+
+
+def test_commands_cannot_write_into_the_runner_channel(make_env):
+    """The runner is not dumpable: /proc/<runner>/fd is closed to commands; results stay in step."""
+    env = make_env()
+    result = env.execute({"command": FORGE})
+    assert result["returncode"] == 3 and result["output"].endswith("real\n")
+    assert "wrote" not in result["output"], result["output"]
+    assert env.execute({"command": "echo next"})["output"] == "next\n"
+
+
+@pytest.mark.parametrize("signal", ["TERM", "HUP", "INT"])
+def test_stray_signals_spare_the_runner(env, signal):
+    """Agents stop servers with `pkill python3` / `pkill -f python`: the runner shrugs off such signals."""
+    env.execute({"command": f"kill -{signal} $PPID; sleep 0.1"})
+    assert env.execute({"command": "echo alive"})["output"] == "alive\n"
+
+
+def test_runner_is_not_named_python(env):
+    """`pkill python3` matches process names; the runner's is swe-sandbox-run (safe to test: no kill)."""
+    result = env.execute({"command": "cat /proc/$PPID/comm"})
+    assert result["output"] == "swe-sandbox-run\n"
+
+
+@pytest.mark.parametrize("command", ["echo \ud800 x", "echo \udcff y", "printf 'a\\x00b' | cat -v"])
+def test_odd_text_never_kills_the_sandbox(env, command):
+    """A lone surrogate or a NUL in a command is passed on; the sandbox keeps working."""
+    result = env.execute({"command": command})
+    assert result["returncode"] == 0
+    assert env.execute({"command": "echo ok"})["output"] == "ok\n"
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, 0, 1e12, "2", True])
+def test_bad_timeouts_are_refused_before_anything_runs(env, timeout):
+    """A bad timeout is a ConfigError raised before sending: the next result is still its own."""
+    with pytest.raises(swe_sandbox.ConfigError, match="timeout"):
+        env.execute({"command": "echo first"}, timeout=timeout)
+    assert env.execute({"command": "echo second"})["output"] == "second\n"
+
+
+def test_cwd_that_is_a_file_is_named_as_such(env):
+    """A cwd that exists but is a file says so (not 'does not exist')."""
+    result = env.execute({"command": "true"}, cwd="/etc/hostname")
+    assert result["returncode"] != 0 and "not a directory" in result["output"]
+
+
+def test_concurrent_callers_each_get_their_own_result(env):
+    """execute is serialised per environment: 16 threads, 16 matching results."""
+    results: dict[int, str] = {}
+
+    def call(i: int) -> None:
+        results[i] = env.execute({"command": f"sleep 0.0{i % 5}; echo {i}"})["output"]
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == {i: f"{i}\n" for i in range(16)}
