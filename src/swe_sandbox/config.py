@@ -45,7 +45,7 @@ class EnvironmentConfig(BaseModel):
 
     backend: str
     """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.environments.BACKENDS``)."""
-    timeout: float | None = Field(60.0, gt=0, le=1e7, allow_inf_nan=False)
+    timeout: float | None = Field(60.0, gt=0, le=1e6, allow_inf_nan=False)
     """Default per-command timeout in seconds; ``execute(timeout=...)`` overrides it. ``None``: no limit."""
     cwd: str = ""
     """Working directory for commands when ``execute`` gets none; empty: the backend's default."""

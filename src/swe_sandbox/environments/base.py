@@ -34,8 +34,8 @@ SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
 #: runner itself answers within timeout + ~0.6 s; this only catches a frozen or lost runner.
 HOST_GRACE_S = 5.0
-#: Longest per-command timeout accepted, in seconds (about 115 days).
-MAX_TIMEOUT_S = 1e7
+#: Longest per-command timeout accepted, in seconds (about 11.5 days; select() refuses ~2.1e6 s).
+MAX_TIMEOUT_S = 1e6
 _RUNNER_SOURCE: bytes | None = None
 
 

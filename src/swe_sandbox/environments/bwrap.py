@@ -173,13 +173,17 @@ class BwrapEnvironment(Environment):
         if not src.is_dir():
             copy_path(src, self._host_path(str(inside)))
             return
-        for dirpath, _, files in os.walk(src):
+        for dirpath, dirs, files in os.walk(src):
             here = self._host_path(str(inside / Path(dirpath).relative_to(src)))
             here.mkdir(parents=True, exist_ok=True)
-            for name in files:
-                if (here / name).is_symlink():
-                    (here / name).unlink()
-                copy_path(Path(dirpath) / name, here / name)
+            for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
+                source, target = Path(dirpath) / name, here / name
+                if target.is_symlink():
+                    target.unlink()
+                if source.is_symlink():  # kept as a link, like copy_path does
+                    os.symlink(os.readlink(source), target)
+                else:
+                    copy_path(source, target)
 
     def download(self, src: str, dst) -> None:
         """Copy ``src`` under the workspace mount to host ``dst`` (symlinks inside are copied as links)."""
