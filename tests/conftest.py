@@ -29,6 +29,11 @@ from swe_sandbox.environments import environment_class
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
+#: Issues 4 (docker, podman) and 5 (ssh) are in progress: their backends are on main but not yet
+#: registered, and .ci/run does not start their engines yet, so their tests are not collected.
+#: They join the run when scripts/setup.sh calls scripts/setup-engines.sh (see the session note).
+collect_ignore = ["containers", "ssh", "unit/test_engines_units.py"]
+
 #: Every backend the conformance suite runs against. Add "docker", "podman", "ssh" here.
 BACKENDS = ["local", "bwrap"]
 

@@ -741,7 +741,7 @@ def test_flooding_background_job_does_not_block_or_leak(make_env, backend):
     """A background job flooding the pipe neither blocks later commands nor leaks into their output."""
     environment = started_env(make_env)
     marker = unique_marker()
-    result, elapsed = timed(environment, f"yes {marker} & echo started", timeout=10)
+    result, elapsed = timed(environment, f"echo started; yes {marker} &", timeout=10)
     assert result["output"].startswith("started\n") and elapsed < 2
     assert result["extra"]["timed_out"] is False
     time.sleep(0.5)

@@ -1,0 +1,314 @@
+"""Exec fallback: one exec per command, for sandboxes without python3 (DESIGN.md §2).
+
+Where the runner cannot start (a busybox image, a bare remote host), a backend hands
+``ExecFallbackChannel`` a way to start one process in the sandbox (``start_exec(argv)``), and every
+command becomes one such process running ``FALLBACK_SCRIPT`` under ``sh``. The channel speaks the
+runner's protocol towards ``Environment`` (a ``ready`` frame, then one ``result`` frame per
+``exec``), so ``Environment.execute`` (sentinel, dead-sandbox handling) is the same code in both
+modes, and the result dict is built by the runner's own ``Runner.result`` and ``OutputBuffer``
+(same truncation, marker, counters and messages).
+
+What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybox ash, bash):
+
+- reads the command from stdin into a private file (never argv, never re-quoted), then runs
+  ``bash -c 'eval "$(< FILE)"'`` (``sh`` where the sandbox has no bash) with stdin ``/dev/null``,
+  in a new session (``setsid``), stdout and stderr on ONE pipe (a FIFO: ``2>&1`` inside);
+- enforces the timeout inside the sandbox: a watchdog (``sleep T``, then SIGKILL to the command's
+  session) marks the expiry in a file, and every process carrying the command's token
+  (``SWE_SANDBOX_CMD``, like the runner) is killed too, so ``setsid`` escapees and pipe holders die,
+  and (in containers, ``sweep_orphans``) so is every orphan adopted by PID 1 since the command
+  started whose environment was cleared (``setsid env -i ...``; processes carrying another
+  command's token are spared). Not ``timeout(1)``: busybox's kills only its direct child, and
+  neither tells a timeout apart from a command that exits 124/137 by itself, so the result could
+  not say ``timed_out`` reliably;
+- a reader copies the FIFO to the exec's stdout; when the shell exits it gets at most
+  ``DRAIN_MAX_S`` to reach end of file, then background jobs still holding the pipe are handed to a
+  detached discarding reader (no ``EPIPE`` for them, no waiting for them);
+- reports on the exec's stderr one status line ``swe-sandbox-status rc=N timed_out=0|1 ...``; the
+  command's own stderr never goes there. A missing status line means the sandbox died.
+
+What it cannot do like the runner (the conformance suite declares these as strict xfails): there
+is no process living across commands, so "the sandbox vanished between commands" can only be seen
+when the whole sandbox is gone, not when a command kills its own parent; and each command pays one
+exec's start cost (~70-120 ms on docker/podman instead of ~3 ms).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import threading
+import time
+from typing import Any, Callable, Protocol
+
+from swe_sandbox import runner
+from swe_sandbox.environments.base import HOST_GRACE_S, Channel
+from swe_sandbox.errors import ProtocolError, SandboxDied
+
+STATUS_PREFIX = "swe-sandbox-status "
+#: ``argv[0]`` of the fallback script inside the sandbox (shows up in ``ps``).
+SCRIPT_NAME = "swe-sandbox-exec"
+
+FALLBACK_SCRIPT = r"""
+cwd=$1 t=$2 tok=$3 drain=$4 collect=$5 orphans=$7
+eval "$6"
+status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
+d=$(mktemp -d "${TMPDIR:-/tmp}/swe-sandbox-exec.XXXXXX" 2>/dev/null) || d=$(mktemp -d /tmp/swe-sandbox-exec.XXXXXX) \
+  || { status error=mktemp; exit 125; }
+cat >"$d/cmd" || { status error=stdin; rm -rf "$d"; exit 125; }
+if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
+  printf 'swe-sandbox: working directory %s does not exist\n' "$cwd"
+  status rc=1 cwd_missing=1; rm -rf "$d"; exit 1
+fi
+if command -v bash >/dev/null 2>&1; then run="bash"; script='eval "$(< '"$d/cmd"')"'
+else run="sh"; script='eval "$(cat '"$d/cmd"')"'; fi
+command -v setsid >/dev/null 2>&1 && run="setsid $run"
+alive() {  # no fork: these run in loops, and under load every fork costs
+  read -r s <"/proc/$1/stat" 2>/dev/null || return 1
+  case ${s##*) } in Z*|X*) return 1 ;; esac
+}
+now_cs() { read -r up _ </proc/uptime; now=${up%%.*}${up##*.}; }  # centiseconds since boot
+stat_of() {  # sets ppid_ and start_ (fields 4 and 22 of /proc/PID/stat); no fork (pids may be exhausted)
+  ppid_= start_=
+  read -r s <"/proc/$1/stat" 2>/dev/null || return 1
+  set -- ${s##*) }
+  ppid_=$2 start_=${20}
+}
+sweep() {  # SIGKILL this command's tree: token holders, and (containers) orphans with a cleared environment
+  for round in 1 2 3; do
+    for f in $(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null); do
+      q=${f#/proc/}; q=${q%/environ}
+      [ "$q" = "$$" ] || kill -KILL "$q" 2>/dev/null
+    done
+    [ "$orphans" = 1 ] || continue
+    # no token at all (env -i): an orphan adopted by PID 1 since this command started is ours;
+    # processes carrying another command's token are spared
+    for f in $(grep -L -a -z "^SWE_SANDBOX_CMD=" /proc/[0-9]*/environ 2>/dev/null); do
+      q=${f#/proc/}; q=${q%/environ}
+      stat_of "$q" || continue
+      if [ "$ppid_" = 1 ] && [ "$started" != 0 ] && [ "$start_" -ge "$started" ]; then kill -KILL "$q" 2>/dev/null; fi
+    done
+  done
+}
+mkfifo "$d/out" || { status error=mkfifo; rm -rf "$d"; exit 125; }
+cat "$d/out" &
+reader=$!
+dog=
+if [ -n "$t" ]; then  # forked before the command, so a fork bomb cannot keep it from starting
+  setsid sh -c 'sleep "$1"; : >"$2/expired"; until read -r p <"$2/pid"; do sleep 0.01; done 2>/dev/null
+    kill -KILL -"$p" 2>/dev/null; kill -KILL "$p"' \
+    swe-sandbox-watchdog "$t" "$d" </dev/null >/dev/null 2>&1 &
+  dog=$!
+fi
+SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 &
+pid=$!
+echo "$pid" >"$d/pid"
+stat_of "$pid" && started=$start_ || started=0
+wait "$pid"; rc=$?
+timed_out=0
+if [ -e "$d/expired" ]; then
+  timed_out=1
+  sweep
+  limit=$collect
+else
+  limit=$drain
+fi
+if [ -n "$dog" ]; then kill -KILL -"$dog" "$dog" 2>/dev/null; fi
+now_cs; until_cs=$((now + limit))
+while alive "$reader" && now_cs && [ "$now" -lt "$until_cs" ]; do sleep 0.01; done
+if alive "$reader"; then
+  # Background jobs still hold the pipe: a detached reader discards what they write from now on.
+  # It must have the FIFO open (its fd 3) before the first reader goes, or a writer would get EPIPE.
+  setsid cat "$d/out" </dev/null >/dev/null 2>&1 &
+  discard=$!
+  now_cs; until_cs=$((now + 200))
+  while [ ! -e "/proc/$discard/fd/3" ] && alive "$discard" && now_cs && [ "$now" -lt "$until_cs" ]; do
+    sleep 0.01
+  done
+  kill -KILL "$reader" 2>/dev/null
+fi
+status rc=$rc timed_out=$timed_out
+rm -rf "$d"
+exit "$rc"
+"""
+
+
+class ExecHandle(Protocol):
+    """One process started in the sandbox by a backend (``subprocess.Popen`` fits)."""
+
+    stdin: Any
+    stdout: Any
+    stderr: Any
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+    def poll(self) -> int | None: ...
+
+
+def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, str],
+                  sweep_orphans: bool = False) -> list[str]:
+    """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
+
+    ``env`` is exported by the script itself (quoted), so a transport that only takes a command
+    string (ssh) can ``shlex.join`` this argv as is. ``sweep_orphans``: see ``ExecFallbackChannel``.
+    """
+    exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
+    drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
+    collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
+    return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, "" if timeout is None else runner._num(timeout),
+            token, drain_ticks, collect_ticks, exports, "1" if sweep_orphans else "0"]
+
+
+def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
+    """Return the script's status fields (None when missing) and the rest of stderr."""
+    status, rest = None, []
+    for line in stderr.decode("utf-8", "replace").splitlines():
+        if line.startswith(STATUS_PREFIX):
+            status = dict(kv.partition("=")[::2] for kv in line[len(STATUS_PREFIX):].split())
+        elif line.strip():
+            rest.append(line)
+    return status, "\n".join(rest)
+
+
+class ExecFallbackChannel(Channel):
+    """The runner protocol, served by one sandbox exec per command (see the module doc).
+
+    Args:
+        start_exec: starts ``argv`` in the sandbox with stdin, stdout and stderr as pipes
+            (e.g. ``docker exec -i`` through ``subprocess.Popen``).
+        env: variables exported for every command on top of the sandbox's own (may be empty when
+            the sandbox already has them, as containers do).
+        info: extra facts for the ``ready`` frame (shown in ``Environment.info``).
+        describe_death: called when the sandbox seems gone; returns a sentence saying why.
+        sweep_orphans: on a timeout, also kill processes re-parented to PID 1 since the command
+            started that carry no command token at all (``setsid env -i ...`` escapees). Only
+            where everything in the sandbox belongs to it (a container whose PID 1 is its init);
+            never on a shared host, where PID 1 adopts other people's daemons too.
+    """
+
+    def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
+                 info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
+                 sweep_orphans: bool = False):
+        self.proc = None
+        self.stderr_file = None
+        self._buf = bytearray()
+        self.start_exec = start_exec
+        self.env = dict(env or {})
+        self.describe_death = describe_death or (lambda: "")
+        self.sweep_orphans = sweep_orphans
+        self.run_id = f"fallback-{os.getpid()}-{os.urandom(6).hex()}"
+        self.seq = 0
+        self._pending: list[dict[str, Any]] = [{
+            "op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None, **(info or {}),
+        }]
+        self._last_error = ""
+
+    # -- the Channel interface ------------------------------------------------------------------
+    def send(self, obj: dict[str, Any]) -> None:
+        if obj.get("op") == "exec":
+            reply = self._run(obj)
+            reply["id"] = obj.get("id")  # the runner echoes the request's id; so do we
+            self._pending.append(reply)
+        elif obj.get("op") == "close":
+            pass
+        else:
+            self._pending.append({"op": "error", "message": f"unknown op {obj.get('op')!r}"})
+
+    def recv(self, timeout: float | None) -> dict[str, Any]:
+        if not self._pending:
+            raise ProtocolError("recv() without a request")
+        return self._pending.pop(0)
+
+    def diagnose(self) -> str:
+        return self._last_error
+
+    def close(self, wait: float = 2.0) -> None:
+        self._pending.clear()
+
+    # -- one command ----------------------------------------------------------------------------
+    def _run(self, req: dict[str, Any]) -> dict[str, Any]:
+        self.seq += 1
+        started = time.monotonic()
+        timeout = req.get("timeout")
+        token = f"{self.run_id}.{self.seq}"
+        env = {**self.env, **(req.get("env") or {}), runner.RUN_TOKEN_VAR: self.run_id}
+        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans)
+        buf = runner.OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
+        try:
+            proc = self.start_exec(argv)
+        except OSError as exc:
+            raise SandboxDied(f"the sandbox is gone (cannot start a command in it: {exc})") from None
+        stderr_chunks: list[bytes] = []
+        err_thread = threading.Thread(target=_read_all, args=(proc.stderr, stderr_chunks), daemon=True)
+        err_thread.start()
+        try:
+            proc.stdin.write(req["command"].encode("utf-8", "surrogateescape"))
+        except (OSError, ValueError):
+            pass  # it ended early; its status (or lack of it) says why
+        finally:
+            try:
+                proc.stdin.close()
+            except (OSError, ValueError):
+                pass
+        deadline = None if timeout is None else started + float(timeout) + HOST_GRACE_S
+        if not self._read_output(proc, buf, deadline):
+            proc.kill()
+            proc.wait()
+            raise SandboxDied(f"the sandbox stopped answering (no result within {float(timeout) + HOST_GRACE_S:.0f} s)")
+        code = proc.wait()
+        err_thread.join(5)
+        status, stderr = parse_status(b"".join(stderr_chunks))
+        if status is None or "rc" not in status:
+            why = self.describe_death() or (stderr.strip() or f"the exec ended with status {code} and no result")
+            self._last_error = why
+            if status is not None and "error" in status:
+                raise ProtocolError(f"the exec fallback failed in the sandbox: {status['error']} ({stderr.strip()})")
+            raise SandboxDied(f"the sandbox is gone ({why})")
+        rc = int(status["rc"])
+        if status.get("cwd_missing") == "1":
+            msg = f"swe-sandbox: working directory {req.get('cwd')} does not exist"
+            return runner.Runner.result(None, None, 1, msg, started, buf)
+        if status.get("timed_out") == "1":
+            msg = f"Command timed out after {runner._num(timeout)} seconds"
+            return runner.Runner.result(None, None, -1, msg, started, buf, timed_out=True)
+        return runner.Runner.result(None, None, rc, "", started, buf)
+
+    @staticmethod
+    def _read_output(proc: ExecHandle, buf: runner.OutputBuffer, deadline: float | None) -> bool:
+        """Feed ``proc``'s stdout into ``buf`` until end of file; False when ``deadline`` passed."""
+        import selectors
+
+        fd = proc.stdout.fileno()
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if not sel.select(left):
+                    continue
+                data = os.read(fd, runner.READ_CHUNK)
+                if not data:
+                    return True
+                buf.feed(data)
+
+
+def _read_all(stream, chunks: list[bytes]) -> None:
+    try:
+        for chunk in iter(lambda: stream.read(65536), b""):
+            chunks.append(chunk)
+    except (OSError, ValueError):
+        pass
+
+
+def popen_exec(argv_prefix: list[str], env: dict[str, str] | None = None) -> Callable[[list[str]], subprocess.Popen]:
+    """A ``start_exec`` for transports that are a CLI: ``argv_prefix + argv`` with three pipes."""
+
+    def start(argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(argv_prefix + argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True)
+
+    return start

@@ -1,0 +1,201 @@
+"""Escape tests for the docker and podman backends (DESIGN.md §5), in runner and fallback modes.
+
+What a command inside must not reach or do: the network, the host's processes, the host's
+environment, capabilities beyond the documented minimum, privilege gains, unbounded processes
+(fork bomb) or memory (a clear out-of-memory result), the host's files and the engine's socket.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+
+import pytest
+
+import swe_sandbox
+from conftest import require_backend, unique_marker
+from swe_sandbox.environments.container import DEFAULT_CAP_ADD
+
+ENGINES = ("docker", "podman")
+MODES = {"runner": {}, "exec": {"runner": "exec"}}
+#: linux/capability.h numbers of the capabilities the backends keep by default.
+CAP_NUMBERS = {"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7}
+DEFAULT_CAP_MASK = sum(1 << CAP_NUMBERS[c] for c in DEFAULT_CAP_ADD)
+
+CASES = [pytest.param((engine, mode), marks=getattr(pytest.mark, engine), id=f"{engine}-{mode}")
+         for engine in ENGINES for mode in MODES]
+
+
+@pytest.fixture(scope="module", params=CASES)
+def sandbox(request):
+    """One environment per engine and mode, shared by the read-only checks of this module."""
+    engine, mode = request.param
+    require_backend(engine)
+    env = swe_sandbox.get_environment(engine, timeout=30, **MODES[mode])
+    try:
+        yield env
+    finally:
+        env.close()
+
+
+@pytest.fixture(params=CASES)
+def fresh(request):
+    """Factory of fresh environments (config changes) of one engine and mode; closed after."""
+    engine, mode = request.param
+    require_backend(engine)
+    made = []
+
+    def factory(**overrides):
+        env = swe_sandbox.get_environment(engine, **{"timeout": 30, **MODES[mode], **overrides})
+        made.append(env)
+        return env
+
+    yield factory
+    for env in made:
+        env.close()
+
+
+def run(env, command, **kwargs):
+    return env.execute({"command": command}, **kwargs)
+
+
+# -- network ------------------------------------------------------------------------------------------
+
+
+def test_no_network_interfaces_but_loopback(sandbox):
+    result = run(sandbox, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; cat /proc/net/route | wc -l")
+    assert result["output"] == "lo\n1\n", result  # route: only the header line
+
+
+@pytest.mark.parametrize("target", ["1.1.1.1/53", "8.8.8.8/443", "172.17.0.1/2375", "10.0.2.2/22"])
+def test_no_connection_leaves_the_sandbox(sandbox, target):
+    started = time.monotonic()
+    result = run(sandbox, f"timeout 5 bash -c 'echo > /dev/tcp/{target}' 2>&1; echo rc=$?", timeout=10)
+    assert "rc=0" not in result["output"], result
+    assert "unreachable" in result["output"].lower() or "rc=124" in result["output"], result
+    assert time.monotonic() - started < 6
+
+
+def test_no_name_resolution(sandbox):
+    result = run(sandbox, "getent hosts deb.debian.org pypi.org; echo rc=$?", timeout=20)
+    assert result["output"].strip().endswith("rc=2"), result
+
+
+# -- processes, environment, files ----------------------------------------------------------------------
+
+
+def test_host_processes_are_invisible(sandbox):
+    marker = unique_marker()
+    host = subprocess.Popen(["sleep", marker])
+    try:
+        pattern = f"[{marker[0]}]{marker[1:]}"  # the grep's own command line does not match it
+        result = run(sandbox, f"grep -l '{pattern}' /proc/[0-9]*/cmdline 2>/dev/null | wc -l; "
+                              "ls -d /proc/[0-9]* | wc -l; tr '\\0' ' ' < /proc/1/cmdline")
+        count, total, init = result["output"].split("\n", 2)
+        assert count == "0", "a host process is visible inside"
+        assert int(total) < 30, f"{total} processes visible: the host's pid namespace?"
+        assert init.split()[0].rsplit("/", 1)[-1] in ("docker-init", "podman-init", "catatonit", "tini"), init
+    finally:
+        host.kill()
+        host.wait()
+
+
+def test_host_environment_never_enters(fresh, monkeypatch):
+    secret = f"sk-escape-{unique_marker()}"
+    monkeypatch.setenv("SWE_ESCAPE_SECRET", secret)
+    monkeypatch.setenv("DOCKER_SECRET_TEST", secret)  # reaches the CLI process on the host, not the container
+    env = fresh()
+    result = run(env, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | sort -u; env")
+    assert result["returncode"] == 0 and "PATH=" in result["output"]
+    assert secret not in result["output"]
+
+
+def test_host_files_and_engine_sockets_are_absent(sandbox):
+    here = os.path.dirname(os.path.abspath(__file__))
+    result = run(sandbox, f"for p in '{here}' /var/run/docker.sock /run/docker.sock /run/podman/podman.sock "
+                          "/var/lib/docker /var/lib/containers /root/.ssh; do test -e \"$p\" && echo \"LEAK $p\"; done; "
+                          "echo checked")
+    assert result["output"] == "checked\n", result
+
+
+# -- privileges ----------------------------------------------------------------------------------------
+
+
+def _status(env):
+    out = run(env, "grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status")["output"]
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in out.splitlines())}
+
+
+def test_capabilities_are_the_documented_minimum(sandbox):
+    status = _status(sandbox)
+    assert int(status["CapEff"], 16) == DEFAULT_CAP_MASK, status
+    assert int(status["CapBnd"], 16) == DEFAULT_CAP_MASK, status
+    assert int(status["CapAmb"], 16) == 0 and int(status["CapInh"], 16) == 0
+    assert status["NoNewPrivs"] == "1"
+
+
+@pytest.mark.parametrize("command", [
+    "mknod /tmp/swe-null c 1 3",                      # CAP_MKNOD
+    "chroot / true",                                  # CAP_SYS_CHROOT
+    "mount -t tmpfs none /mnt",                       # CAP_SYS_ADMIN
+    "ip link set lo down 2>&1 || echo 1 > /proc/sys/net/ipv4/ip_forward",  # CAP_NET_ADMIN
+    "echo 1 > /proc/sys/kernel/sysrq",                # read-only /proc/sys
+], ids=["mknod", "chroot", "mount", "net-admin", "proc-sys"])
+def test_privileged_operations_fail(sandbox, command):
+    result = run(sandbox, command)
+    assert result["returncode"] != 0, result
+
+
+def test_non_root_user_has_no_capabilities(fresh, tmp_path):
+    (tmp_path / "f.txt").write_text("x")
+    env = fresh(user="65534:65534", workspace=str(tmp_path))
+    status = _status(env)
+    assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"] == "1"
+    result = run(env, "id -u; stat -c %u f.txt; echo more >> f.txt && echo writable")
+    assert result["output"] == "65534\n65534\nwritable\n", result
+
+
+def test_read_only_root_keeps_workspace_and_tmp_writable(fresh, tmp_path):
+    (tmp_path / "in.txt").write_text("copied")
+    env = fresh(read_only=True, workspace=str(tmp_path))
+    result = run(env, "touch /usr/swe-x 2>/dev/null || echo ro-usr; touch /swe-x 2>/dev/null || echo ro-root; "
+                      "cat in.txt; echo; touch /workspace/new /tmp/new /var/tmp/new && echo writable")
+    assert result["output"] == "ro-usr\nro-root\ncopied\nwritable\n", result
+
+
+# -- resource limits ---------------------------------------------------------------------------------
+
+
+def test_fork_bomb_is_contained_by_the_pids_limit(fresh):
+    env = fresh(pids_limit=128)
+    assert run(env, "true")["returncode"] == 0
+    started = time.monotonic()
+    result = run(env, "bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4)
+    assert time.monotonic() - started < 8
+    assert result["extra"]["timed_out"] is True, result
+    after = run(env, "cat /sys/fs/cgroup/pids/pids.max /sys/fs/cgroup/pids.max 2>/dev/null; "
+                     "ls -d /proc/[0-9]* | wc -l", timeout=20)
+    limit, count = after["output"].split()
+    assert limit == "128" and int(count) < 20, after
+    assert subprocess.run(["true"]).returncode == 0, "the host still forks"
+    assert run(env, "echo alive", timeout=20)["output"] == "alive\n"
+
+
+def test_memory_hog_gives_a_clear_out_of_memory_result(fresh):
+    env = fresh(memory="128m")
+    result = run(env, "python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)
+    assert result["returncode"] == 137, result
+    assert "out-of-memory" in result["exception_info"] and "128m" in result["exception_info"]
+    assert result["extra"].get("oom_killed") is True
+    assert run(env, "echo still-usable")["output"] == "still-usable\n"
+    killed_by_hand = run(env, "kill -9 $$")
+    assert killed_by_hand["returncode"] == 137 and killed_by_hand["exception_info"] == "", "not an OOM"
+
+
+def test_cpu_limit_is_applied(fresh):
+    env = fresh(cpus=0.5)
+    result = run(env, "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us "
+                      "2>/dev/null || cat /sys/fs/cgroup/cpu.max")
+    numbers = [int(n) for n in result["output"].split() if n.isdigit()]
+    assert numbers[0] * 2 == numbers[1], result
