@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, List, Optional
 
 import typer
 
+from swe_sandbox.signals import echo_err, interrupt_exit
+
 from swe_sandbox.agent.cli import demo as demo_command
 from swe_sandbox.agent.cli import run as run_command
 
@@ -27,10 +29,8 @@ EXIT_BACKEND_UNAVAILABLE = 3
 EXIT_SANDBOX_FAILED = 4
 EXIT_TIMEOUT = 124  # as coreutils timeout(1)
 EXIT_UNFINISHED = 125  # returncode outside 0..255 without a timeout (e.g. -1: closed mid-command)
-EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM / SIGHUP exit 128 + the signal number (143, 129)
 #: ``--timeout`` above this many seconds (about 11.6 days) is taken for a mistake. (The host waits
 #: with select/epoll, whose limit is about 2.1e6 s: a larger value would overflow there.)
-MAX_TIMEOUT_S = 1e6
 
 EXIT_CODES_HELP = """\
 Exit status of exec: the command's own returncode (0-255); 124 when the command timed out;
@@ -161,32 +161,19 @@ def run_guarded(body: Callable[[], int]) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def interrupt_exit(exc: BaseException) -> tuple[int, str]:
-    """Exit status and word for an interruption: 130 ``interrupted`` (Ctrl-C), or 128+N
-    ``terminated by SIGTERM`` for a signal turned into ``Terminated`` (``swe_sandbox.signals``)."""
-    from swe_sandbox.errors import Terminated
-
-    if isinstance(exc, Terminated):
-        return exc.exit_code, str(exc)
-    return EXIT_INTERRUPTED, "interrupted"
 
 
-def echo_err(text: str) -> None:
-    """One line on stderr; a stderr that is gone (SIGHUP: the terminal closed) is not an error."""
-    try:
-        typer.echo(text, err=True)
-    except (OSError, ValueError):
-        pass
 
 
 def check_timeout(timeout: float | None) -> None:
-    """Reject (one line, exit 2) a ``--timeout`` that is not a finite number of seconds in
-    (0, ``MAX_TIMEOUT_S``], before any sandbox is made."""
-    import math
+    """Reject (one line, exit 2) a bad ``--timeout`` before any sandbox is made."""
+    from swe_sandbox.environments.base import check_timeout as check
+    from swe_sandbox.errors import ConfigError
 
-    if timeout is not None and not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
-        fail(EXIT_CONFIG, "usage error", f"--timeout: must be a finite number of seconds, > 0 and <= "
-                                         f"{MAX_TIMEOUT_S:g} (got {timeout!r})")
+    try:
+        check(timeout)
+    except ConfigError as exc:
+        fail(EXIT_CONFIG, "usage error", f"--{exc}")
 
 
 @app.command("exec", help=EXEC_HELP, context_settings={"allow_interspersed_args": False})

@@ -47,7 +47,7 @@ DRAIN_MAX_S = 0.25
 #: ... or until the pipe has been silent this long (seconds).
 DRAIN_IDLE_S = 0.05
 #: Time (seconds) a timeout may spend killing the command's tree; a close may spend four times it.
-KILL_BUDGET_S = 0.4
+KILL_BUDGET_S = 0.3
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
 KILL_COLLECT_S = 0.2
 READ_CHUNK = 1 << 20
@@ -376,7 +376,7 @@ class Runner(object):
                 timed_out = not self.closing
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
                 eof = self.read_until(sel, read_fd, buf, now + KILL_COLLECT_S, eof)
-                exited.wait(1.0)
+                exited.wait(0.2)  # the status is not needed: a timeout reports -1
                 break
             if exited.is_set():
                 if eof:

@@ -15,6 +15,9 @@ from typing import Iterator
 
 from swe_sandbox.errors import Terminated
 
+#: Exit status after Ctrl-C; SIGTERM / SIGHUP exit 128 + the signal number (143, 129).
+EXIT_INTERRUPTED = 130
+
 #: Signals turned into ``Terminated`` (those that exist on this platform).
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -47,3 +50,21 @@ def terminate_on_signals(signals: tuple[int, ...] = SIGNALS) -> Iterator[None]:
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old if old is not None else signal.SIG_DFL)
+
+
+def interrupt_exit(exc: BaseException) -> tuple[int, str]:
+    """Exit status and word for an interruption: 130 ``interrupted`` (Ctrl-C), or 128+N
+    ``terminated by SIGTERM`` for a signal turned into ``Terminated``."""
+    if isinstance(exc, Terminated):
+        return exc.exit_code, str(exc)
+    return EXIT_INTERRUPTED, "interrupted"
+
+
+def echo_err(text: str) -> None:
+    """One line on stderr; a stderr that is gone (SIGHUP: the terminal closed) is not an error."""
+    import sys
+
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass

@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Iterable, List, Opti
 
 import typer
 
+from swe_sandbox.signals import EXIT_INTERRUPTED, echo_err, interrupt_exit
+
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
@@ -34,7 +36,6 @@ EXIT_NOT_SUBMITTED = 1  # limits, time, repeated format errors, a model error, .
 EXIT_CONFIG = 2
 EXIT_BACKEND_UNAVAILABLE = 3
 EXIT_SANDBOX_FAILED = 4
-EXIT_INTERRUPTED = 130  # Ctrl-C; SIGTERM / SIGHUP: 128 + the signal number (143, 129)
 
 #: ``run`` uses this backend unless ``--env`` or the config's ``environment.backend`` names another.
 DEFAULT_BACKEND = "bwrap"
@@ -553,22 +554,8 @@ def run(
     raise typer.Exit(guarded(body))
 
 
-def interrupt_exit(exc: BaseException) -> tuple[int, str]:
-    """Exit status and word for an interruption: 130 ``interrupted`` (Ctrl-C), or 128+N
-    ``terminated by SIGTERM`` for a signal turned into ``errors.Terminated``."""
-    from swe_sandbox.errors import Terminated
-
-    if isinstance(exc, Terminated):
-        return exc.exit_code, str(exc)
-    return EXIT_INTERRUPTED, "interrupted"
 
 
-def echo_err(text: str) -> None:
-    """One line on stderr; a stderr that is gone (SIGHUP: the terminal closed) is not an error."""
-    try:
-        typer.echo(text, err=True)
-    except (OSError, ValueError):
-        pass
 
 
 def progress_console_stdout() -> "Console":
