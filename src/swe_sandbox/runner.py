@@ -375,7 +375,7 @@ class Runner(object):
             if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not self.closing
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
-                eof = self.read_until(sel, read_fd, buf, now + KILL_COLLECT_S, eof)
+                eof = self.read_until(sel, read_fd, buf, time.monotonic() + KILL_COLLECT_S, eof)
                 exited.wait(0.2)  # the status is not needed: a timeout reports -1
                 break
             if exited.is_set():
