@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Prepare this checkout for use and tests: bubblewrap, then `pip install -e '.[dev]'`.
+# Prepare this checkout for use and tests: the engines, then `pip install -e '.[dev]'`.
 #
-# Idempotent and fast when everything is present (no apt-get, no pip: a quick check only).
-# Used by the README's test command and by .ci/run. Needs root (or passwordless sudo) only
-# when bubblewrap is missing. PYTHON selects the interpreter (default: python).
+#  1. scripts/setup-engines.sh: installs (Debian packages) and starts what the backends need:
+#     bubblewrap, Docker (dockerd), Podman (its API socket), OpenSSH's server (the ssh tests start
+#     their own sshd on loopback), and builds the sandbox images offline. Needs root (or
+#     passwordless sudo); without it, or with SWE_SANDBOX_SKIP_ENGINES=1, this is a warning and the
+#     backends that are missing skip their tests (under CI they fail).
+#  2. the editable install.
+#
+# Idempotent and fast when everything is present and running (~1-2 s: checks only).
+# Used by the README's test command and by .ci/run. PYTHON selects the interpreter (default: python).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,27 +21,14 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     exit 1
 fi
 
-as_root() {
-    if [ "$(id -u)" = 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo -n "$@"
-    else
-        say "need root for: $*"
-        return 1
-    fi
-}
-
-# 1. bubblewrap (the bwrap backend). Without apt-get this is only a warning: the bwrap tests then
-#    skip, or fail when CI is set.
-if ! command -v bwrap >/dev/null 2>&1; then
-    if command -v apt-get >/dev/null 2>&1; then
-        say "bwrap missing: installing bubblewrap with apt-get"
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
-        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends bubblewrap </dev/null
-    else
-        say "WARNING: bwrap missing and no apt-get here; install bubblewrap with your package manager"
-    fi
+# 1. engines and services.
+if [ "${SWE_SANDBOX_SKIP_ENGINES:-0}" = 1 ]; then
+    say "SWE_SANDBOX_SKIP_ENGINES=1: not installing or starting the engines"
+elif [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; }; then
+    bash "$ROOT/scripts/setup-engines.sh"
+else
+    say "WARNING: not root and no passwordless sudo: the engines (docker, podman, bwrap, sshd) are not set up;"
+    say "         run 'sudo scripts/setup-engines.sh' once, or their tests skip"
 fi
 
 # 2. The editable install with the dev extra, unless this checkout is already installed editable

@@ -29,16 +29,31 @@ from swe_sandbox.environments import environment_class
 if str(Path(__file__).parent) not in sys.path:
     sys.path.insert(0, str(Path(__file__).parent))
 
-#: Issues 4 (docker, podman) and 5 (ssh) are in progress: their backends are on main but not yet
-#: registered, and .ci/run does not start their engines yet, so their tests are not collected.
-#: They join the run when scripts/setup.sh calls scripts/setup-engines.sh (see the session note).
-collect_ignore = ["containers", "ssh", "unit/test_engines_units.py"]
+#: Every backend (or backend variant) the conformance suite runs against.
+BACKENDS = ["local", "bwrap", "docker", "docker-exec", "podman", "podman-exec", "ssh", "ssh-exec"]
 
-#: Every backend the conformance suite runs against. Add "docker", "podman", "ssh" here.
-BACKENDS = ["local", "bwrap"]
+#: Variant -> (backend, overrides). A callable is called on first use (the test sshd starts then).
+VARIANTS: dict[str, tuple[str, Any]] = {
+    "docker-exec": ("docker", {"runner": "exec"}),
+    "podman-exec": ("podman", {"runner": "exec"}),
+    "ssh": ("ssh", lambda: _ssh_spec("python")),
+    "ssh-exec": ("ssh", lambda: _ssh_spec("exec")),
+}
 
-#: Backends whose processes the host sees in its own /proc (same kernel, pid namespaces nest).
-HOST_SEES_PROCESSES = {"local", "bwrap"}
+#: Backends whose processes the host sees in its own /proc (same kernel, pid namespaces nest;
+#: the test sshd runs on loopback).
+HOST_SEES_PROCESSES = set(BACKENDS)
+
+#: The exec fallback's limitation, shared by every backend variant that uses it.
+_EXEC_FALLBACK = {
+    "test_sandbox_vanished_between_commands_raises":
+        "exec fallback: no long-lived runner watches the sandbox between commands",
+    "test_commands_cannot_write_into_the_runner_channel":
+        "exec fallback: the per-command wrapper is a plain shell of the command's user, so a command can "
+        "write into the exec's streams (what it writes lands in its own output; the result stays its own)",
+    "test_runner_is_not_named_python":
+        "exec fallback: there is no runner; a command's parent is the per-command `sh` wrapper",
+}
 
 #: backend -> {test function name: reason}. Each entry becomes ``xfail(strict=True, reason=...)``.
 KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
@@ -47,15 +62,63 @@ KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
             "no isolation: a command runs as the calling user, who may open the runner's pipes",
     },
     "bwrap": {},
+    "docker-exec": dict(_EXEC_FALLBACK),
+    "podman-exec": dict(_EXEC_FALLBACK),
+    "ssh": {  # the test sshd logs in as the user running the tests: root in CI
+        **({"test_commands_cannot_write_into_the_runner_channel":
+            "SSH alone is not a sandbox: commands run as the SSH user, here root, whose CAP_SYS_PTRACE opens "
+            "the non-dumpable runner's pipes (an unprivileged SSH user cannot)"} if os.geteuid() == 0 else {}),
+    },
+    "ssh-exec": {
+        **_EXEC_FALLBACK,
+        **dict.fromkeys(
+            ["test_timeout_spares_earlier_background_jobs",
+             "test_timeout_kills_whole_tree[setsid-double-fork-clean-env]",
+             "test_timeout_kills_whole_tree[setsid-double-fork-clean-env-silent]",
+             "test_close_ends_background_processes[setsid-double-fork-clean-env]"],
+            "exec fallback on a shared host: `setsid env -i` leaves the command's session and drops its token; "
+            "with no runner to adopt it, nothing tells it from the host's other orphans, so it survives"),
+    },
 }
 
 #: Default per-command timeout of the environments the fixtures create (seconds).
 FIXTURE_TIMEOUT = 30
 
 
+def _ssh_spec(runner: str) -> dict[str, Any]:
+    from ssh.sshd import ssh_spec
+
+    spec = ssh_spec(runner)
+    spec.pop("backend")
+    return spec
+
+
+def variant_spec(name: str) -> tuple[str, dict[str, Any]]:
+    """``(backend, overrides)`` of a ``BACKENDS`` entry, for ``get_environment(backend, **overrides)``."""
+    backend, overrides = VARIANTS.get(name, (name, {}))
+    return backend, dict(overrides() if callable(overrides) else overrides)
+
+
+def variant_cli_args(name: str) -> list[str]:
+    """``--env BACKEND -c environment.KEY=VALUE ...``: the command-line options selecting variant ``name``."""
+    import json
+
+    backend, overrides = variant_spec(name)
+    args = ["--env", backend]
+    for key, value in overrides.items():
+        args += ["-c", f"environment.{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    return args
+
+
+def make_variant(name: str, **overrides: Any) -> Any:
+    """A new (not yet started) environment of the ``BACKENDS`` entry ``name``."""
+    backend, base = variant_spec(name)
+    return swe_sandbox.get_environment(backend, **{**base, **overrides})
+
+
 def require_backend(name: str) -> None:
-    """Skip (or, under CI, fail) the current test when backend ``name`` cannot run here."""
-    reason = environment_class(name).unavailable_reason()
+    """Skip (or, under CI, fail) the current test when backend (or variant) ``name`` cannot run here."""
+    reason = environment_class(VARIANTS.get(name, (name,))[0]).unavailable_reason()
     if reason is None:
         return
     if "CI" in os.environ:
@@ -74,15 +137,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(
     scope="module",
-    params=[pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in BACKENDS],
+    params=[pytest.param(name, marks=getattr(pytest.mark, VARIANTS.get(name, (name,))[0]), id=name)
+            for name in BACKENDS],
 )
 def env(request: pytest.FixtureRequest) -> Iterator[Any]:
-    """One environment per backend, shared by the tests of a module (it starts on first use).
+    """One environment per backend variant, shared by the tests of a module (it starts on first use).
 
     Tests that kill, break or close things use ``make_env`` instead.
     """
     require_backend(request.param)
-    environment = swe_sandbox.get_environment(request.param, timeout=FIXTURE_TIMEOUT)
+    environment = make_variant(request.param, timeout=FIXTURE_TIMEOUT)
+    environment.test_variant = request.param
     try:
         yield environment
     finally:
@@ -91,24 +156,41 @@ def env(request: pytest.FixtureRequest) -> Iterator[Any]:
 
 @pytest.fixture
 def backend(env: Any) -> str:
-    """The name of the backend under test."""
-    return env.config.backend
+    """The ``BACKENDS`` entry under test (a backend name, or a variant such as ``docker-exec``)."""
+    return env.test_variant
 
 
 @pytest.fixture
 def make_env(env: Any) -> Iterator[Callable[..., Any]]:
-    """Factory of fresh environments of the backend under test; all are closed after the test."""
+    """Factory of fresh environments of the backend variant under test; all are closed after the test."""
     made: list[Any] = []
 
     def factory(**overrides: Any) -> Any:
         overrides.setdefault("timeout", FIXTURE_TIMEOUT)
-        environment = swe_sandbox.get_environment(env.config.backend, **overrides)
+        environment = make_variant(env.test_variant, **overrides)
         made.append(environment)
         return environment
 
     yield factory
     for environment in made:
         environment.close()
+
+
+@pytest.fixture
+def workspace_env(make_env: Callable[..., Any], backend: str, tmp_path: Path) -> Any:
+    """A fresh environment of the backend under test working on ``tmp_path``: local runs in it, the
+    others get it as their ``workspace`` (bind-mounted, or copied in: read results back with
+    ``read_in_sandbox``, not from ``tmp_path``)."""
+    if variant_spec(backend)[0] == "local":
+        return make_env(cwd=str(tmp_path))
+    return make_env(workspace=str(tmp_path))
+
+
+def read_in_sandbox(env: Any, path: str) -> str:
+    """The text of ``path`` (relative to the working directory) as the sandbox sees it."""
+    result = run(env, f"cat -- {path}")
+    assert result["returncode"] == 0, result
+    return result["output"]
 
 
 # -- helpers shared by the conformance modules -------------------------------------------------

@@ -17,6 +17,7 @@ from swe_sandbox.signals import echo_err, interrupt_exit
 
 from swe_sandbox.agent.cli import demo as demo_command
 from swe_sandbox.agent.cli import run as run_command
+from swe_sandbox.engines_cli import GC_HELP, gc_command, image_app
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.environments.base import Environment
@@ -42,12 +43,15 @@ Ctrl-C, 143 on SIGTERM, 129 on SIGHUP (the sandbox is removed first). A command 
 """
 
 APP_HELP = f"""\
-Run untrusted shell commands in a sandbox (local, bwrap) and get back what they did.
+Run untrusted shell commands in a sandbox (local, bwrap, docker, podman, ssh) and get back
+what they did, or let a model fix a task there (run).
 
 \b
   swe-sandbox check                               is each backend usable here?
-  swe-sandbox exec --env bwrap -- 'echo hi'        one command in a fresh sandbox
+  swe-sandbox exec --env docker -- 'echo hi'       one command in a fresh sandbox
   swe-sandbox exec --env bwrap --json -- make test   result dict as JSON
+  swe-sandbox run --env docker -m MODEL -t TASK    an agent solves TASK in a sandbox
+  swe-sandbox gc                                  remove containers left by killed runs
 
 {EXIT_CODES_HELP}"""
 
@@ -161,10 +165,6 @@ def run_guarded(body: Callable[[], int]) -> int:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-
-
-
-
 def check_timeout(timeout: float | None) -> None:
     """Reject (one line, exit 2) a bad ``--timeout`` before any sandbox is made."""
     from swe_sandbox.environments.base import check_timeout as check
@@ -186,7 +186,7 @@ def exec_command(
     env: Annotated[
         str,
         typer.Option("--env", "-e", metavar="NAME|FILE",
-                     help="A preset (local, bwrap) or a YAML environment config file."),
+                     help="A preset (local, bwrap, docker, podman, ssh) or a YAML environment config file."),
     ],
     timeout: Annotated[
         Optional[float],
@@ -410,6 +410,8 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
 
 app.command("run")(run_command)
 app.command("demo")(demo_command)
+app.command("gc", help=GC_HELP)(gc_command)
+app.add_typer(image_app, name="image")
 
 
 def main() -> None:

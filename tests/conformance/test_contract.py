@@ -22,12 +22,14 @@ from conftest import (
     BACKENDS,
     HOST_SEES_PROCESSES,
     host_processes_with,
+    make_variant,
     require_backend,
     run,
     sandbox_processes_with,
     unique_marker,
     wait_host_gone,
     wait_sandbox_gone,
+    variant_spec,
 )
 from swe_sandbox.environments import environment_class
 
@@ -232,12 +234,12 @@ def test_missing_cwd_same_on_every_backend():
     missing = "/nonexistent-swe-sandbox-dir/sub"
     seen = {}
     for name in BACKENDS:
-        reason = environment_class(name).unavailable_reason()
+        reason = environment_class(variant_spec(name)[0]).unavailable_reason()
         if reason is not None:
             if "CI" in os.environ:
                 pytest.fail(f"backend {name!r} is unavailable in CI: {reason}")
             continue
-        with swe_sandbox.get_environment(name, timeout=10) as environment:
+        with make_variant(name, timeout=10) as environment:
             result = run(environment, "echo hi", cwd=missing)
         seen[name] = (result["returncode"], result["output"], result["exception_info"])
     if len(seen) < 2:

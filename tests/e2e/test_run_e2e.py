@@ -5,7 +5,8 @@ The scripted model answers like a real one would: one reply without a tool call 
 the agent must recover from), parallel tool calls, a multi-line heredoc edit, and a turn where the
 submitting call is followed by another call. The server rejects any request a real provider
 would reject, so the histories the agent sends are valid. The submitted diff must apply to a
-fresh copy with ``git apply`` and make Jinja2's doctests pass; on local and bwrap alike.
+fresh copy with ``git apply`` and make Jinja2's doctests pass; on every backend (and variant) of
+the conformance suite, chosen on the command line as a user would: ``--env PRESET`` plus ``-c``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import variant_cli_args, variant_spec
 from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 from swe_sandbox.agent import demo
@@ -61,7 +63,7 @@ def test_run_fixes_a_real_project_through_litellm(backend, tmp_path):
     out = tmp_path / "run.traj.json"
     with ScriptedOpenAIServer(script(), require_tools=True) as server:
         done = subprocess.run(
-            [*swe_sandbox_argv(), "run", "--env", backend, "--workspace", str(repo), "--task-file",
+            [*swe_sandbox_argv(), "run", *variant_cli_args(backend), "--workspace", str(repo), "--task-file",
              str(demo.TASK_FILE), "-o", str(out), "-m", "openai/scripted",
              "-c", f"model.model_kwargs.api_base={server.url}/v1", "-c", f"model.model_kwargs.api_key={API_KEY}",
              "-c", "model.cost_tracking=ignore_errors", "-c", "agent.step_limit=10"],
@@ -88,7 +90,7 @@ def test_run_fixes_a_real_project_through_litellm(backend, tmp_path):
     info = data["info"]
     assert info["exit_status"] == "Submitted" and info["submission"] == submission
     assert info["config"]["model_type"] == "swe_sandbox.models.litellm_model.LitellmModel"
-    assert info["config"]["environment"]["backend"] == backend
+    assert info["config"]["environment"]["backend"] == variant_spec(backend)[0]
     assert info["model_stats"]["api_calls"] == 5
     last_turn = [m for m in data["messages"] if m["role"] == "tool"][-3:]
     assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" in last_turn[1]["content"]

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from conftest import variant_cli_args, variant_spec
 from typer.testing import CliRunner
 
 from swe_sandbox.agent import cli as agent_cli
@@ -83,7 +84,7 @@ def test_the_bundled_trajectory_fixes_a_fresh_copy(tmp_path):
 # -- run -----------------------------------------------------------------------------------------
 def test_run_copies_the_workspace_and_submits_a_diff(backend, repo, tmp_path):
     out = tmp_path / "runs" / "x.traj.json"
-    result = invoke("run", "--env", backend, "-w", str(repo), "-t", "say hi in French", "-o", str(out),
+    result = invoke("run", *variant_cli_args(backend), "-w", str(repo), "-t", "say hi in French", "-o", str(out),
                     *scripted("sed -i s/hello/bonjour/ hello.txt", SUBMIT_DIFF))
     assert result.exit_code == 0, result.output
     submission = (tmp_path / "runs" / "x.submission.txt").read_text()
@@ -92,7 +93,7 @@ def test_run_copies_the_workspace_and_submits_a_diff(backend, repo, tmp_path):
     assert (repo / "hello.txt").read_text() == "hello\n" and git(repo, "status", "--porcelain") == ""
     data = json.loads(out.read_text())
     assert data["info"]["submission"] == submission
-    assert data["info"]["config"]["environment"]["backend"] == backend
+    assert data["info"]["config"]["environment"]["backend"] == variant_spec(backend)[0]
 
 
 def test_run_with_a_task_file_and_a_config_file(backend, tmp_path):
@@ -101,7 +102,7 @@ def test_run_with_a_task_file_and_a_config_file(backend, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text("agent:\n  step_limit: 5\nenvironment:\n  timeout: 7\n")
     out = tmp_path / "t.json"
-    result = invoke("run", "--env", backend, "--task-file", str(task), "--config", str(config), "-o", str(out),
+    result = invoke("run", *variant_cli_args(backend), "--task-file", str(task), "--config", str(config), "-o", str(out),
                     *scripted("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo 42"))
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
@@ -205,7 +206,7 @@ def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
 
     marker = unique_marker()
     out = tmp_path / "t.json"
-    argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", "--env", backend, "-t", "x", "-o", str(out),
+    argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -288,7 +289,7 @@ def test_special_files_in_the_workspace_are_skipped_with_a_warning(backend, repo
         sock.bind(str(repo / "sub" / "s"))
         (repo / "sub" / "kept.txt").write_text("kept\n")
         out = tmp_path / "t.json"
-        result = invoke("run", "--env", backend, "-w", str(repo), "-t", "x", "-o", str(out),
+        result = invoke("run", *variant_cli_args(backend), "-w", str(repo), "-t", "x", "-o", str(out),
                         *scripted("echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && find . -path ./.git -prune -o -print "
                                   "| sort && git status --porcelain"))
     finally:
@@ -332,7 +333,7 @@ def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend,
 
     marker = unique_marker()
     out = tmp_path / "t.json"
-    argv = [sys.executable, "-m", "swe_sandbox", "run", "--env", backend, "-t", "x", "-o", str(out),
+    argv = [sys.executable, "-m", "swe_sandbox", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import read_in_sandbox
 from helpers.openai_server import validate_request
 
 from swe_sandbox.agent import ActionRejected, DefaultAgent, load_run_config
@@ -24,11 +25,9 @@ SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
 @pytest.fixture
-def sandbox(make_env, backend, tmp_path):
-    """A fresh environment of the backend under test whose working directory is ``tmp_path``."""
-    if backend == "local":
-        return make_env(cwd=str(tmp_path))
-    return make_env(workspace=str(tmp_path))
+def sandbox(workspace_env):
+    """A fresh environment of the backend under test, working on ``tmp_path``."""
+    return workspace_env
 
 
 def make_agent(model: Any, env: Any, **config: Any) -> DefaultAgent:
@@ -64,7 +63,7 @@ def test_submission_flow(sandbox, tmp_path):
     assert "Write a greeting" in agent.messages[1]["content"]
     assert agent.messages[5]["content"].endswith("<output>\nhello\n</output>")
     assert agent.messages[-1]["extra"] == {"exit_status": "Submitted", "submission": "hello\n"}
-    assert (tmp_path / "greeting.txt").read_text() == "hello\n"
+    assert read_in_sandbox(sandbox, "greeting.txt") == "hello\n"
     assert_valid_for_provider(agent.messages)
 
 

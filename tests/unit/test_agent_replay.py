@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import read_in_sandbox
 
 import swe_sandbox
 from swe_sandbox.agent import DefaultAgent, load_run_config
@@ -22,12 +23,10 @@ TRY = "'import calc; print(calc.add(2, 3))'"
 
 
 @pytest.fixture
-def sandbox(make_env, backend, tmp_path):
-    """A fresh environment whose working directory is ``tmp_path``, holding the buggy calc.py."""
+def sandbox(workspace_env, tmp_path):
+    """A fresh environment of the backend under test, working on ``tmp_path`` holding the buggy calc.py."""
     (tmp_path / "calc.py").write_text(BUGGY)
-    if backend == "local":
-        return make_env(cwd=str(tmp_path))
-    return make_env(workspace=str(tmp_path))
+    return workspace_env
 
 
 def replay(path: Path, env) -> DefaultAgent:
@@ -153,7 +152,7 @@ def test_replays_a_mini_swe_agent_toolcall_trajectory(sandbox, tmp_path):
     assert len(agent.messages[2]["tool_calls"]) == 2  # the parallel calls stay one turn
     assert [o.split("<output>\n")[1] for o in tool_outputs(agent)[:3]] == [BUGGY + "</output>", "-1\n</output>",
                                                                           "5\n</output>"]
-    assert (tmp_path / "calc.py").read_text() == FIXED
+    assert read_in_sandbox(sandbox, "calc.py") == FIXED
 
 
 @pytest.mark.parametrize("version", [2, 1], ids=["text-v2", "text-v1"])

@@ -21,24 +21,26 @@ READ_TRAJECTORY = ("python3 -c \"import json; d = json.load(open('traj.json')); 
 
 
 @pytest.fixture
-def sandbox(make_env, backend, tmp_path):
-    """A fresh environment whose working directory is ``tmp_path`` (on the host)."""
-    if backend == "local":
-        return make_env(cwd=str(tmp_path))
-    return make_env(workspace=str(tmp_path))
+def sandbox(workspace_env):
+    """A fresh environment of the backend under test, working on ``tmp_path``."""
+    return workspace_env
 
 
 def agent_for(model, env, **config) -> DefaultAgent:
     return DefaultAgent(model, env, **{**load_run_config()["agent"], **config})
 
 
-def test_trajectory_is_saved_after_every_step_and_always_valid(sandbox, tmp_path):
-    """Each command reads the trajectory file from inside the sandbox while the agent runs."""
+def test_trajectory_is_saved_after_every_step_and_always_valid(tmp_path):
+    """Each command reads the trajectory file (on the host) while the agent runs: local backend,
+    whose commands see the host's files (what is tested is the agent's writing, not a backend)."""
+    import swe_sandbox
+
     out = tmp_path / "traj.json"
     model = DeterministicModel(outputs=[READ_TRAJECTORY, READ_TRAJECTORY, [READ_TRAJECTORY, READ_TRAJECTORY],
                                         f"{SUBMIT} && {READ_TRAJECTORY}"])
-    agent = agent_for(model, sandbox, output_path=out)
-    status, submission = agent.run("t")
+    with swe_sandbox.get_environment("local", cwd=str(tmp_path)) as sandbox:
+        agent = agent_for(model, sandbox, output_path=out)
+        status, submission = agent.run("t")
     assert status == "Submitted"
     seen = [m["content"].split("<output>\n")[1].split("\n")[0] for m in agent.messages if m["role"] == "tool"]
     # saved at the start (system + user), then after each step (+ assistant + tool messages)

@@ -629,35 +629,47 @@ def gc(backends: Iterable[str] = ("docker", "podman"), *, dry_run: bool = False,
 
     Only containers labelled by swe-sandbox and created on this host are considered (``all_hosts``:
     every one, e.g. on a shared remote engine after its clients died). Engines that are not
-    installed or not running are skipped.
+    installed or not running are skipped. An engine error does not stop the others.
 
     Returns:
         One ``{"backend", "id", "run_id", "owner_pid", "action"}`` per container looked at, where
-        ``action`` is ``removed``, ``would remove`` (``dry_run``) or ``kept (owner alive)``.
+        ``action`` is ``removed``, ``would remove`` (``dry_run``), ``kept (owner alive)`` or
+        ``error: ...``; an engine that failed to list gets one entry with ``id`` ``""``.
     """
     from swe_sandbox.environments import environment_class
 
-    host = socket.gethostname()
     report = []
     for backend in backends:
         engine = environment_class(backend).engine_class()
         if engine.unavailable_reason() is not None:
             continue
-        for item in engine.list_managed():
-            labels = item["labels"]
-            if not all_hosts and labels.get(LABEL_OWNER_HOST) != host:
-                continue
-            entry = {"backend": backend, "id": item["id"][:12], "run_id": labels.get(LABEL_RUN_ID, ""),
-                     "owner_pid": labels.get(LABEL_OWNER_PID, "")}
-            if labels.get(LABEL_OWNER_HOST) == host and owner_alive(labels):
-                entry["action"] = "kept (owner alive)"
-            elif dry_run:
-                entry["action"] = "would remove"
-            else:
-                engine.remove(item["id"])
-                entry["action"] = "removed"
-            report.append(entry)
-    return report
+        try:
+            managed = engine.list_managed()
+        except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+            report.append({"backend": backend, "id": "", "run_id": "", "owner_pid": "",
+                           "action": f"error: cannot list containers: {_one_line(exc)}"})
+            continue
+        report += [_gc_one(engine, backend, item, dry_run, all_hosts) for item in managed]
+    return [entry for entry in report if entry]
+
+
+def _gc_one(engine: Engine, backend: str, item: dict[str, Any], dry_run: bool, all_hosts: bool) -> dict[str, str]:
+    labels, host = item["labels"], socket.gethostname()
+    if not all_hosts and labels.get(LABEL_OWNER_HOST) != host:
+        return {}
+    entry = {"backend": backend, "id": item["id"][:12], "run_id": labels.get(LABEL_RUN_ID, ""),
+             "owner_pid": labels.get(LABEL_OWNER_PID, "")}
+    if labels.get(LABEL_OWNER_HOST) == host and owner_alive(labels):
+        entry["action"] = "kept (owner alive)"
+    elif dry_run:
+        entry["action"] = "would remove"
+    else:
+        try:
+            engine.remove(item["id"])
+            entry["action"] = "removed"
+        except Exception as exc:  # noqa: BLE001
+            entry["action"] = f"error: {_one_line(exc)}"
+    return entry
 
 
 # -- archives ----------------------------------------------------------------------------------------

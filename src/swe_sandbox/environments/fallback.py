@@ -54,12 +54,17 @@ FALLBACK_SCRIPT = r"""
 cwd=$1 t=$2 tok=$3 drain=$4 collect=$5 orphans=$7
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
+# A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
+# (a trap, not an ignore, which the command would inherit); `wait` then returns early, so it loops.
+trap : TERM HUP INT
 d=$(mktemp -d "${TMPDIR:-/tmp}/swe-sandbox-exec.XXXXXX" 2>/dev/null) || d=$(mktemp -d /tmp/swe-sandbox-exec.XXXXXX) \
   || { status error=mktemp; exit 125; }
 cat >"$d/cmd" || { status error=stdin; rm -rf "$d"; exit 125; }
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
-  printf 'swe-sandbox: working directory %s does not exist\n' "$cwd"
-  status rc=1 cwd_missing=1; rm -rf "$d"; exit 1
+  if [ -d "$cwd" ]; then why="cannot be entered"; elif [ -e "$cwd" ]; then why="is not a directory"
+  else why="does not exist"; fi
+  printf 'swe-sandbox: working directory %s %s\n' "$cwd" "$why"
+  status rc=1 bad_cwd=1; rm -rf "$d"; exit 1
 fi
 if command -v bash >/dev/null 2>&1; then run="bash"; script='eval "$(< '"$d/cmd"')"'
 else run="sh"; script='eval "$(cat '"$d/cmd"')"'; fi
@@ -105,7 +110,7 @@ SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 &
 pid=$!
 echo "$pid" >"$d/pid"
 stat_of "$pid" && started=$start_ || started=0
-wait "$pid"; rc=$?
+while :; do wait "$pid"; rc=$?; [ "$rc" -gt 128 ] && [ -d "/proc/$pid" ] || break; done
 timed_out=0
 if [ -e "$d/expired" ]; then
   timed_out=1
@@ -268,8 +273,8 @@ class ExecFallbackChannel(Channel):
                 raise ProtocolError(f"the exec fallback failed in the sandbox: {status['error']} ({stderr.strip()})")
             raise SandboxDied(f"the sandbox is gone ({why})")
         rc = int(status["rc"])
-        if status.get("cwd_missing") == "1":
-            msg = f"swe-sandbox: working directory {req.get('cwd')} does not exist"
+        if status.get("bad_cwd") == "1":  # the script's one line says why, as the runner's would
+            msg = bytes(buf.head).decode("utf-8", "replace").strip()
             return runner.Runner.result(None, None, 1, msg, started, buf)
         if status.get("timed_out") == "1":
             msg = f"Command timed out after {runner._num(timeout)} seconds"

@@ -1,0 +1,93 @@
+"""``swe-sandbox gc`` and ``swe-sandbox image build``: the container engines' housekeeping.
+
+Kept apart from ``cli.py`` (and importing the container module only inside each command) so the
+CLI starts without touching any engine.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, List, Optional
+
+import typer
+
+from swe_sandbox.signals import echo_err
+
+GC_HELP = """\
+Remove swe-sandbox containers whose owner process is gone (docker and podman).
+
+Every container swe-sandbox creates is labelled with its owner's host, pid (and the pid's start
+time) and run id. A run that was killed (kill -9, a lost machine) cannot remove its container;
+the container's lifetime guard ends it after environment.max_lifetime at the latest, and gc
+removes it now. Containers whose owner still runs are kept. Engines that are not installed or not
+running are skipped. Exit status 0, or 1 when an engine failed to list or remove.
+"""
+
+IMAGE_BUILD_HELP = """\
+Build the default sandbox images: swe-sandbox/base (Debian minbase, bash, coreutils, procps, git,
+python3, ca-certificates) and swe-sandbox/nopython (busybox and bash, for the exec fallback).
+
+Without a registry (the default), base is made offline: debootstrap from the Debian mirror apt
+uses into a cached rootfs, imported with `docker import` / `podman import`. --from-registry
+builds base from images/Containerfile instead (needs access to docker.io). Needs root.
+"""
+
+image_app = typer.Typer(help="Build the sandbox images.", no_args_is_help=True, add_completion=False)
+
+
+def gc_command(
+    backends: Annotated[
+        Optional[List[str]],
+        typer.Option("--env", "-e", metavar="NAME", help="Only this backend (docker or podman); repeatable."),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
+    all_hosts: Annotated[
+        bool, typer.Option("--all-hosts", help="Also containers created from other hosts (a shared remote engine).")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as a JSON list.")] = False,
+) -> None:
+    from swe_sandbox.environments.container import gc
+
+    chosen = tuple(backends or ("docker", "podman"))
+    unknown = [b for b in chosen if b not in ("docker", "podman")]
+    if unknown:
+        raise typer.BadParameter(f"{', '.join(unknown)} (gc knows docker and podman)", param_hint="--env")
+    report = gc(chosen, dry_run=dry_run, all_hosts=all_hosts)
+    failed = any(entry["action"].startswith("error") for entry in report)
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        for entry in report:
+            typer.echo(f"{entry['backend']} {entry['id'] or '-'} run={entry['run_id'] or '-'} "
+                       f"owner_pid={entry['owner_pid'] or '-'}: {entry['action']}")
+        removed = sum(entry["action"] == "removed" for entry in report)
+        typer.echo(f"{removed} container(s) removed" + (" (dry run)" if dry_run else ""))
+    if failed:
+        raise typer.Exit(1)
+
+
+@image_app.command("build", help=IMAGE_BUILD_HELP)
+def image_build_command(
+    engines: Annotated[
+        Optional[List[str]],
+        typer.Option("--engine", metavar="NAME", help="docker or podman; repeatable. Default: both."),
+    ] = None,
+    images: Annotated[
+        Optional[List[str]],
+        typer.Option("--image", metavar="NAME", help="base or nopython; repeatable. Default: both."),
+    ] = None,
+    from_registry: Annotated[
+        bool, typer.Option("--from-registry", help="Build base from images/Containerfile (needs a registry).")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Rebuild even when the image exists.")] = False,
+) -> None:
+    from swe_sandbox.images import ENGINES, IMAGES, ImageBuildError, build_images
+
+    try:
+        built = build_images(engines or ENGINES, images or tuple(IMAGES), from_registry=from_registry,
+                             force=force, echo=echo_err)
+    except ImageBuildError as exc:
+        echo_err(f"swe-sandbox: image build failed: {exc}")
+        raise typer.Exit(1) from None
+    for name in built:
+        typer.echo(name)
