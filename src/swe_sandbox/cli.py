@@ -76,7 +76,9 @@ For each backend: can it run on this host (and if not, why), what it isolates, a
 check: start it, run `echo ok`, a 1-second timeout on `sleep 5` (must return within 2 s, timed
 out), and the round trip of `true`. A backend that cannot start with the given config (e.g. -c
 environment.bwrap_path=/nonexistent) is shown as not usable. Exit status 1 when the named backend,
-or without --env any built-in backend, fails; 2 for an unknown backend or a config error.
+or without --env any built-in backend, fails; 2 for an unknown backend or a config error. A
+backend that needs a target (ssh: a host) is not counted without --env: check it with
+--env FILE (a YAML config naming the host) or --env ssh -c environment.host=...
 """
 
 app = typer.Typer(
@@ -323,6 +325,16 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
     return row
 
 
+def needs_target(name: str) -> bool:
+    """Whether backend ``name`` cannot run without being told where (``Environment.needs_target``)."""
+    from swe_sandbox.environments import environment_class
+
+    try:
+        return bool(getattr(environment_class(name), "needs_target", False))
+    except Exception:  # noqa: BLE001 - a plugin that does not import is reported by _check_backend
+        return False
+
+
 @app.command("check", help=CHECK_HELP)
 def check_command(
     env: Annotated[
@@ -349,8 +361,8 @@ def check_command(
         def spec_for(name: str) -> Any:
             return name if name in presets else {"backend": name}
 
-        if env is None:
-            return [(name, spec_for(name), name in BACKENDS) for name in backend_names()]
+        if env is None:  # plugins, and backends that need a target (ssh: a host), are shown, not counted
+            return [(name, spec_for(name), name in BACKENDS and not needs_target(name)) for name in backend_names()]
         if env in backend_names():
             return [(env, spec_for(env), True)]
         data = load_environment_config(env)  # a preset or file; ConfigError if neither
@@ -405,7 +417,9 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
     for row, required in rows:
         if not row["ok"]:
             why = row.get("reason") or "; ".join(text for good, text in row["steps"] if not good)
-            console.print(f"{row['backend']}: FAIL: {why}" + ("" if required else " (plugin: not counted)"))
+            note = "" if required else (" (not counted: check it with --env FILE naming its target)"
+                                        if needs_target(row["backend"]) else " (plugin: not counted)")
+            console.print(f"{row['backend']}: FAIL: {why}{note}")
 
 
 app.command("run")(run_command)

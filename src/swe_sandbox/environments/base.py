@@ -210,6 +210,9 @@ class Environment:
     config_class: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
     #: One line for ``swe-sandbox check`` and the docs: what this backend isolates.
     isolation: ClassVar[str] = ""
+    #: True when the backend cannot run without being told where (ssh: a host): ``swe-sandbox
+    #: check`` without ``--env`` then shows it without counting it.
+    needs_target: ClassVar[bool] = False
 
     def __init__(self, config: EnvironmentConfig):
         self.config = config

@@ -1,5 +1,6 @@
-"""Backend ``docker``: one container per environment through the docker SDK, the runner over one
-``docker exec -i`` (see ``swe_sandbox.environments.container`` for everything both engines share).
+"""Backend ``docker``: one container per environment through the docker SDK, the runner its main
+process, attached through one ``docker start -ai`` (see ``swe_sandbox.environments.container`` for
+everything both engines share).
 
 Only what is Docker's own lives here: client construction (``api_timeout`` instead of the SDK's
 60 s default socket timeout; API version negotiated, so an older daemon works) and how the

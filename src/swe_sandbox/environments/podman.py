@@ -1,13 +1,14 @@
 """Backend ``podman``: one container per environment through podman-py and the Podman API socket
-(``podman system service``), the runner over one ``podman --url SOCKET exec -i`` (see
-``swe_sandbox.environments.container`` for everything both engines share).
+(``podman system service``), the runner its main process, attached through one
+``podman --url SOCKET start -ai`` (see ``swe_sandbox.environments.container`` for everything both
+engines share).
 
 Only what is Podman's own lives here: client construction, how the neutral ``ContainerSpec`` maps
 onto podman-py's ``containers.create`` (``no_new_privileges``, CPU quota, tmpfs as mounts; with a
 read-only root Podman itself mounts /tmp, /var/tmp and /run as tmpfs, and the workspace is a
 tmpfs too, which Podman's archive API can write into), and a removal without stop timeout.
-The exec goes through the CLI on purpose: podman-py's ``exec_run`` ignores ``socket=`` (no stdin)
-and shlex-splits a string command.
+The attach and the fallback's execs go through the CLI on purpose: podman-py's ``exec_run``
+ignores ``socket=`` (no stdin) and shlex-splits a string command.
 """
 
 from __future__ import annotations
