@@ -24,19 +24,14 @@ import swe_sandbox
 from swe_sandbox.config import DEFAULT_ENV, SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.base import Environment
-from swe_sandbox.environments.container import (
-    DEFAULT_CAP_ADD,
+from swe_sandbox.environments.archive import extract_single, tar_directory, tar_path
+from swe_sandbox.environments.container import DEFAULT_CAP_ADD, LAUNCHER, NOPYTHON_FRAME, describe
+from swe_sandbox.environments.engine import (
     LABEL_OWNER_PID,
     LABEL_OWNER_START,
-    LAUNCHER,
-    NOPYTHON_FRAME,
     ContainerSpec,
-    describe,
-    extract_single,
     owner_alive,
     process_start_id,
-    tar_directory,
-    tar_path,
 )
 from swe_sandbox.environments.fallback import (
     FALLBACK_SCRIPT,

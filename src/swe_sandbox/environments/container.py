@@ -3,7 +3,7 @@
 Lifecycle (through the engine's Python SDK): on first use the container is created with labels
 (owner pid and start time, host, run id), the runner is attached, and the ``workspace`` is copied
 in through the archive API. ``close()`` force-removes the container at once (no stop timeout) and
-is idempotent; ``gc()`` removes containers whose owner process is gone.
+is idempotent; ``engine.gc()`` removes containers whose owner process is gone.
 
 The channel: ONE attach with stdin open for the life of the environment. The container's main
 process is ``LAUNCHER`` (under an init), which starts the lifetime guard in the background and
@@ -41,25 +41,34 @@ non-root ``user`` and ``read_only`` root (writable workspace and /tmp); only ``e
 
 from __future__ import annotations
 
-import io
 import json
 import os
-import shutil
 import socket
 import struct
-import tarfile
-import tempfile
 import time
 import uuid
 import weakref
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Iterable, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
+from swe_sandbox.environments.archive import extract_chunks, tar_directory, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
+from swe_sandbox.environments.engine import (
+    LABEL_BACKEND,
+    LABEL_CREATED,
+    LABEL_MANAGED,
+    LABEL_OWNER_HOST,
+    LABEL_OWNER_PID,
+    LABEL_OWNER_START,
+    LABEL_RUN_ID,
+    ContainerSpec,
+    Engine,
+    error_line,
+    process_start_id,
+)
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
@@ -71,15 +80,6 @@ from swe_sandbox.runner import BOOTSTRAP
 #: SETFCAP, SETPCAP, FSETID, NET_BIND_SERVICE, AUDIT_WRITE (Docker's defaults), and of course
 #: SYS_ADMIN, SYS_PTRACE, NET_ADMIN. With ``no-new-privileges`` no setuid binary can regain any.
 DEFAULT_CAP_ADD = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
-
-LABEL = "org.swe-sandbox"
-LABEL_MANAGED = f"{LABEL}.managed"
-LABEL_BACKEND = f"{LABEL}.backend"
-LABEL_OWNER_PID = f"{LABEL}.owner-pid"
-LABEL_OWNER_START = f"{LABEL}.owner-start"
-LABEL_OWNER_HOST = f"{LABEL}.owner-host"
-LABEL_RUN_ID = f"{LABEL}.run-id"
-LABEL_CREATED = f"{LABEL}.created"
 
 #: tmpfs mounts a read-only root gets (the runner and the exec fallback need a writable /tmp).
 READ_ONLY_TMPFS = {"/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777",
@@ -116,8 +116,6 @@ LAUNCHER = _launcher()
 #: Reads the memory cgroup's OOM-kill counter (cgroup v2, then v1) from inside the container.
 OOM_PROBE = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control "
              "2>/dev/null || true")
-CLI_ENV_VARS = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
-CLI_ENV_PREFIXES = ("DOCKER_", "CONTAINER_", "CONTAINERS_")
 
 
 class ContainerConfig(EnvironmentConfig):
@@ -172,125 +170,6 @@ class ContainerConfig(EnvironmentConfig):
     """Identifier put in the container's name and labels; empty: a random one."""
     create_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments for the SDK's ``containers.create`` (engine-specific, unchecked)."""
-
-
-@dataclass
-class ContainerSpec:
-    """What to create, in engine-neutral terms (each ``Engine`` maps it onto its SDK)."""
-
-    image: str
-    command: list[str]
-    name: str
-    labels: dict[str, str]
-    environment: dict[str, str]
-    working_dir: str
-    hostname: str
-    init: bool
-    network: str
-    cap_add: list[str]
-    cap_drop: list[str]
-    no_new_privileges: bool
-    pids_limit: int | None
-    memory: str | None
-    cpus: float | None
-    user: str
-    read_only: bool
-    tmpfs: dict[str, str]
-    workspace_volume: bool
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class Engine:
-    """One container engine behind its SDK: the few calls the backends need.
-
-    Subclasses set the class attributes and implement the SDK-specific methods.
-    """
-
-    name: ClassVar[str] = ""
-    cli_name: ClassVar[str] = ""
-    sdk_package: ClassVar[str] = ""
-
-    def __init__(self, url: str = "", timeout: float = 600.0, cli: str = ""):
-        self.url = url or self.default_url()
-        self.timeout = timeout
-        self.cli = cli or self.cli_name
-        self._client = None
-
-    @classmethod
-    def default_url(cls) -> str:
-        raise NotImplementedError
-
-    @property
-    def client(self):
-        if self._client is None:
-            self._client = self.make_client()
-        return self._client
-
-    # -- SDK-specific ---------------------------------------------------------------------------
-    def make_client(self):
-        raise NotImplementedError
-
-    def ping(self) -> None:
-        raise NotImplementedError
-
-    def has_image(self, image: str) -> bool:
-        raise NotImplementedError
-
-    def create(self, spec: ContainerSpec) -> str:
-        raise NotImplementedError
-
-    def put_archive(self, cid: str, path: str, data) -> None:
-        raise NotImplementedError
-
-    def get_archive(self, cid: str, path: str) -> Iterable[bytes]:
-        raise NotImplementedError
-
-    def inspect(self, cid: str) -> dict[str, Any] | None:
-        """The container's inspect data, or None when it does not exist."""
-        raise NotImplementedError
-
-    def remove(self, cid: str) -> None:
-        """Kill and remove at once, with its anonymous volumes; no error if it is gone."""
-        raise NotImplementedError
-
-    def list_managed(self) -> list[dict[str, Any]]:
-        """``[{"id", "labels", "status"}]`` of every container carrying ``LABEL_MANAGED``."""
-        raise NotImplementedError
-
-    def is_not_found(self, exc: BaseException) -> bool:
-        raise NotImplementedError
-
-    # -- the command-line client ----------------------------------------------------------------
-    def cli_argv(self) -> list[str]:
-        """The CLI and its option selecting the same engine socket as the SDK."""
-        raise NotImplementedError
-
-    def cli_env(self) -> dict[str, str]:
-        """Environment of the CLI process on the host (never forwarded into the container)."""
-        return {k: v for k, v in os.environ.items() if k in CLI_ENV_VARS or k.startswith(CLI_ENV_PREFIXES)}
-
-    def exec_argv(self, cid: str, argv: list[str], *, interactive: bool = True) -> list[str]:
-        """One process in the running container (the exec fallback's per-command exec)."""
-        return [*self.cli_argv(), "exec", *(["-i"] if interactive else []), cid, *argv]
-
-    def attach_argv(self, cid: str) -> list[str]:
-        """Start the created container with its main process's stdin, stdout and stderr attached."""
-        return [*self.cli_argv(), "start", "--attach", "--interactive", cid]
-
-    def unavailable_reason(self) -> str | None:
-        """Why this engine cannot be used from here (SDK, CLI, daemon), or None."""
-        try:
-            __import__(self.sdk_package)
-        except ImportError:
-            return (f"the {self.sdk_package} Python SDK is not installed "
-                    f"(pip install 'swe-sandbox[{self.name}]')")
-        if shutil.which(self.cli) is None:
-            return f"the {self.cli} command-line client is not installed (scripts/setup-engines.sh installs it)"
-        try:
-            self.ping()
-        except Exception as exc:  # noqa: BLE001 - any SDK or socket error means "not reachable"
-            return f"the {self.name} engine at {self.url} does not answer ({_one_line(exc)}); start it with scripts/setup-engines.sh"
-        return None
 
 
 class ContainerEnvironment(Environment):
@@ -391,7 +270,7 @@ class ContainerEnvironment(Environment):
             if self.engine.is_not_found(exc) or not self._has_image(spec.image):
                 raise SandboxStartError(f"{self.engine.name}: no image {spec.image} "
                                         "(build it with `swe-sandbox image build`)") from None
-            raise SandboxStartError(f"{self.engine.name}: cannot create the container: {_one_line(exc)}") from None
+            raise SandboxStartError(f"{self.engine.name}: cannot create the container: {error_line(exc)}") from None
         self.container_id = cid
         # Removed even if close() is never called (interpreter exit, garbage collection).
         self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
@@ -443,7 +322,7 @@ class ContainerEnvironment(Environment):
                                         tar_directory(Path(self.config.workspace), self._owner()))
             except Exception as exc:  # noqa: BLE001
                 self.close()
-                raise SandboxStartError(f"{self.engine.name}: cannot copy the workspace in: {_one_line(exc)}") from None
+                raise SandboxStartError(f"{self.engine.name}: cannot copy the workspace in: {error_line(exc)}") from None
 
     def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         try:
@@ -507,7 +386,7 @@ class ContainerEnvironment(Environment):
         try:
             return describe(self.engine.inspect(self.container_id))
         except Exception as exc:  # noqa: BLE001
-            return f"its state is unknown: {_one_line(exc)}"
+            return f"its state is unknown: {error_line(exc)}"
 
     # -- files ----------------------------------------------------------------------------------
     def _inside(self, path: str) -> PurePosixPath:
@@ -528,12 +407,15 @@ class ContainerEnvironment(Environment):
         target = self._inside(dst)
         data = tar_path(Path(src), target.name, self._owner())
         try:
-            self.engine.put_archive(cid, str(target.parent), data)
+            try:
+                self.engine.put_archive(cid, str(target.parent), data)
+            except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+                if not self.engine.is_not_found(exc):
+                    raise
+                # The parent is missing: send the whole path from the root.
+                self.engine.put_archive(cid, "/", tar_path(Path(src), str(target).lstrip("/"), self._owner()))
         except Exception as exc:  # noqa: BLE001
-            if not self.engine.is_not_found(exc):
-                raise SandboxError(f"upload to {target}: {_one_line(exc)}") from None
-            # The parent is missing: send the whole path from the root.
-            self.engine.put_archive(cid, "/", tar_path(Path(src), str(target).lstrip("/"), self._owner()))
+            raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
     def download(self, src: str, dst) -> None:
         """Copy a file or directory ``src`` of the container to ``dst`` on the host."""
@@ -543,22 +425,13 @@ class ContainerEnvironment(Environment):
         try:
             chunks = self.engine.get_archive(cid, str(source))
         except Exception as exc:  # noqa: BLE001
-            raise SandboxError(f"download of {source}: {_one_line(exc)}") from None
-        with tempfile.SpooledTemporaryFile(64 << 20) as spool:
-            for chunk in chunks:
-                spool.write(chunk)
-            spool.seek(0)
-            extract_single(spool, source.name, Path(dst))
+            raise SandboxError(f"download of {source}: {error_line(exc)}") from None
+        extract_chunks(chunks, source.name, Path(dst))
 
 
 # -- helpers ---------------------------------------------------------------------------------------
 def _num(value: float) -> str:
     return "%d" % value if value == int(value) else "%g" % value
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text[:500] or type(exc).__name__
 
 
 def _remove_quietly(engine: Engine, cid: str) -> None:
@@ -589,148 +462,3 @@ def describe(state: dict[str, Any] | None) -> str:
     return ", ".join(parts)
 
 
-def process_start_id(pid: int) -> str | None:
-    """``boot_id:start_ticks`` of a live process (tells a reused pid apart), None if unknown."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        start = stat[stat.rfind(b")") + 2:].split()[19].decode()
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-    except (OSError, IndexError):
-        return None
-    return f"{boot}:{start}"
-
-
-def owner_alive(labels: dict[str, str]) -> bool:
-    """Whether the process that created a container (per its labels) still runs on this host."""
-    try:
-        pid = int(labels.get(LABEL_OWNER_PID, ""))
-    except ValueError:
-        return False
-    start = labels.get(LABEL_OWNER_START) or ""
-    current = process_start_id(pid)
-    if current is not None:
-        return not start or current == start
-    if Path("/proc/self/stat").exists():
-        return False  # Linux, and no such process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def gc(backends: Iterable[str] = ("docker", "podman"), *, dry_run: bool = False,
-       all_hosts: bool = False) -> list[dict[str, str]]:
-    """Remove swe-sandbox containers whose owning process is gone (``swe-sandbox gc``).
-
-    Only containers labelled by swe-sandbox and created on this host are considered (``all_hosts``:
-    every one, e.g. on a shared remote engine after its clients died). Engines that are not
-    installed or not running are skipped. An engine error does not stop the others.
-
-    Returns:
-        One ``{"backend", "id", "run_id", "owner_pid", "action"}`` per container looked at, where
-        ``action`` is ``removed``, ``would remove`` (``dry_run``), ``kept (owner alive)`` or
-        ``error: ...``; an engine that failed to list gets one entry with ``id`` ``""``.
-    """
-    from swe_sandbox.environments import environment_class
-
-    report = []
-    for backend in backends:
-        engine = environment_class(backend).engine_class()
-        if engine.unavailable_reason() is not None:
-            continue
-        try:
-            managed = engine.list_managed()
-        except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
-            report.append({"backend": backend, "id": "", "run_id": "", "owner_pid": "",
-                           "action": f"error: cannot list containers: {_one_line(exc)}"})
-            continue
-        report += [_gc_one(engine, backend, item, dry_run, all_hosts) for item in managed]
-    return [entry for entry in report if entry]
-
-
-def _gc_one(engine: Engine, backend: str, item: dict[str, Any], dry_run: bool, all_hosts: bool) -> dict[str, str]:
-    labels, host = item["labels"], socket.gethostname()
-    if not all_hosts and labels.get(LABEL_OWNER_HOST) != host:
-        return {}
-    entry = {"backend": backend, "id": item["id"][:12], "run_id": labels.get(LABEL_RUN_ID, ""),
-             "owner_pid": labels.get(LABEL_OWNER_PID, "")}
-    if labels.get(LABEL_OWNER_HOST) == host and owner_alive(labels):
-        entry["action"] = "kept (owner alive)"
-    elif dry_run:
-        entry["action"] = "would remove"
-    else:
-        try:
-            engine.remove(item["id"])
-            entry["action"] = "removed"
-        except Exception as exc:  # noqa: BLE001
-            entry["action"] = f"error: {_one_line(exc)}"
-    return entry
-
-
-# -- archives ----------------------------------------------------------------------------------------
-def _retag(info: tarfile.TarInfo, owner: tuple[int, int]) -> tarfile.TarInfo:
-    info.uid, info.gid = owner
-    info.uname = info.gname = ""
-    return info
-
-
-def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
-    """A tar of the *contents* of ``src`` (extracted into the target directory), owned by ``owner``."""
-    spool = tempfile.SpooledTemporaryFile(64 << 20)
-    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for child in sorted(src.iterdir()):
-            tar.add(str(child), arcname=child.name, filter=lambda i: _retag(i, owner))
-    spool.seek(0)
-    return spool
-
-
-def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> io.BufferedIOBase:
-    """A tar holding ``src`` (file or directory tree) under the name ``arcname``."""
-    if not src.exists():
-        raise FileNotFoundError(src)
-    spool = tempfile.SpooledTemporaryFile(64 << 20)
-    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(str(src), arcname=arcname, filter=lambda i: _retag(i, owner))
-    spool.seek(0)
-    return spool
-
-
-def _check_member(member: tarfile.TarInfo, root: str) -> None:
-    target = os.path.realpath(os.path.join(root, member.name))
-    if not target.startswith(os.path.realpath(root) + os.sep) and target != os.path.realpath(root):
-        raise SandboxError(f"download: unsafe path in archive: {member.name!r}")
-    if member.isdev() or (member.islnk() or member.issym()) and (
-            os.path.isabs(member.linkname) or ".." in PurePosixPath(member.linkname).parts):
-        raise SandboxError(f"download: unsafe entry in archive: {member.name!r}")
-    member.mode &= 0o777
-
-
-def extract_single(fileobj, name: str, dst: Path) -> None:
-    """Extract the tree ``name`` of a tar (as the archive API returns it) to the host path ``dst``.
-
-    Entries are checked like ``tarfile``'s ``data`` filter: nothing outside ``dst``, no device
-    files, no links pointing out, no setuid bits (the archive comes from an untrusted sandbox).
-    """
-    with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
-        with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(tmp, filter="data")
-            else:  # Python < 3.10.12 / 3.11.4: the same checks, by hand
-                for member in tar:
-                    _check_member(member, tmp)
-                    tar.extract(member, tmp, set_attrs=False)
-        got = Path(tmp) / name
-        if not got.exists() and not got.is_symlink():
-            raise SandboxError(f"download: the archive holds no {name!r}")
-        if got.is_dir() and not got.is_symlink():
-            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.is_dir():
-                dst = dst / name
-            shutil.copy2(got, dst, follow_symlinks=False)

@@ -14,13 +14,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from swe_sandbox.environments.container import (
-    LABEL_MANAGED,
-    ContainerConfig,
-    ContainerEnvironment,
-    ContainerSpec,
-    Engine,
-)
+from swe_sandbox.environments.container import ContainerConfig, ContainerEnvironment
+from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
 
 
 class DockerConfig(ContainerConfig):

@@ -17,13 +17,8 @@ import json
 import os
 from typing import Any, Iterable
 
-from swe_sandbox.environments.container import (
-    LABEL_MANAGED,
-    ContainerConfig,
-    ContainerEnvironment,
-    ContainerSpec,
-    Engine,
-)
+from swe_sandbox.environments.container import ContainerConfig, ContainerEnvironment
+from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
 
 CPU_PERIOD = 100_000
 #: tmpfs at the workspace when the root is read-only (Podman can copy archives into it).

@@ -1,0 +1,89 @@
+"""Tar archives for the container engines' archive API: the workspace in, files in and out.
+
+Archives coming out of a sandbox are untrusted: ``extract_single`` refuses entries that would land
+outside the destination, device files, links pointing out, and drops setuid bits.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import Iterable
+
+from swe_sandbox.errors import SandboxError
+
+
+def _retag(info: tarfile.TarInfo, owner: tuple[int, int]) -> tarfile.TarInfo:
+    info.uid, info.gid = owner
+    info.uname = info.gname = ""
+    return info
+
+
+def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
+    """A tar of the *contents* of ``src`` (extracted into the target directory), owned by ``owner``."""
+    spool = tempfile.SpooledTemporaryFile(64 << 20)
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for child in sorted(src.iterdir()):
+            tar.add(str(child), arcname=child.name, filter=lambda i: _retag(i, owner))
+    spool.seek(0)
+    return spool
+
+
+def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> io.BufferedIOBase:
+    """A tar holding ``src`` (file or directory tree) under the name ``arcname``."""
+    if not src.exists():
+        raise FileNotFoundError(src)
+    spool = tempfile.SpooledTemporaryFile(64 << 20)
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(str(src), arcname=arcname, filter=lambda i: _retag(i, owner))
+    spool.seek(0)
+    return spool
+
+
+def _check_member(member: tarfile.TarInfo, root: str) -> None:
+    target = os.path.realpath(os.path.join(root, member.name))
+    if not target.startswith(os.path.realpath(root) + os.sep) and target != os.path.realpath(root):
+        raise SandboxError(f"download: unsafe path in archive: {member.name!r}")
+    if member.isdev() or (member.islnk() or member.issym()) and (
+            os.path.isabs(member.linkname) or ".." in PurePosixPath(member.linkname).parts):
+        raise SandboxError(f"download: unsafe entry in archive: {member.name!r}")
+    member.mode &= 0o777
+
+
+def extract_single(fileobj, name: str, dst: Path) -> None:
+    """Extract the tree ``name`` of a tar (as the archive API returns it) to the host path ``dst``.
+
+    Entries are checked like ``tarfile``'s ``data`` filter: nothing outside ``dst``, no device
+    files, no links pointing out, no setuid bits (the archive comes from an untrusted sandbox).
+    """
+    with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
+        with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:  # Python < 3.10.12 / 3.11.4: the same checks, by hand
+                for member in tar:
+                    _check_member(member, tmp)
+                    tar.extract(member, tmp, set_attrs=False)
+        got = Path(tmp) / name
+        if not got.exists() and not got.is_symlink():
+            raise SandboxError(f"download: the archive holds no {name!r}")
+        if got.is_dir() and not got.is_symlink():
+            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            if dst.is_dir():
+                dst = dst / name
+            shutil.copy2(got, dst, follow_symlinks=False)
+
+
+def extract_chunks(chunks: Iterable[bytes], name: str, dst: Path) -> None:
+    """``extract_single`` of a tar given as a stream of chunks (spooled to disk past 64 MiB)."""
+    with tempfile.SpooledTemporaryFile(64 << 20) as spool:
+        for chunk in chunks:
+            spool.write(chunk)
+        spool.seek(0)
+        extract_single(spool, name, dst)
