@@ -333,6 +333,24 @@ def test_check_without_env_fails_when_a_builtin_backend_fails(monkeypatch):
     assert "local" in text and "bwrap" in text and "NO ISOLATION" in text
 
 
+def test_check_without_env_passes_when_only_a_backend_needing_a_target_fails(monkeypatch):
+    """ssh needs a host: without --env it is shown (with how to check it) but not counted."""
+    monkeypatch.setattr(cli, "_check_backend", _fake_check(cli._check_backend))
+    result = invoke("check")
+    text = " ".join(result.stdout.split())
+    assert result.exit_code == 0, text
+    assert "ssh: FAIL" in text and "not counted: check it with --env FILE" in text
+
+
+def _fake_check(real):
+    """Every backend but ssh passes at once (the real self-check of each is tested on its own)."""
+    def check(name, spec, overrides=None, **kwargs):
+        if name == "ssh":
+            return real(name, spec, overrides, **kwargs)
+        return {"backend": name, "usable": True, "isolation": "x", "steps": [(True, "ok")], "ok": True}
+    return check
+
+
 def test_check_unknown_backend_exits_2():
     result = invoke("check", "--env", "no-such-backend")
     assert result.exit_code == 2
