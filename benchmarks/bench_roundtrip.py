@@ -1,178 +1,254 @@
 #!/usr/bin/env python3
-"""Per-command round trip of each backend, side by side with two baselines, in one run.
+"""Per-command round trip and sandbox start of each backend, side by side with baselines, in one run.
 
-    python benchmarks/bench_roundtrip.py [--n 200] [--backends local,bwrap] [--starts 10]
+    python benchmarks/bench_roundtrip.py [--n 200] [--backends local,bwrap,docker,podman] [--starts 10]
 
-Methods, each timed from Python around one call, interleaved round-robin (so drift in machine load
-hits every method alike), after a warm-up:
+Round trip. Methods, each timed from Python around one call, interleaved round-robin (so drift in
+machine load hits every method alike), after a warm-up:
 
 - ``fork``: a bare ``bash -c CMD`` from Python (``subprocess.run``, output captured): the floor.
 - ``bwrap/cmd``: a fresh ``bwrap`` per command with the same policy flags as the bwrap backend
   (``BwrapEnvironment.bwrap_argv()`` minus the runner part) and the same cleared environment:
   what the backend would cost without a long-lived runner.
-- ``local``, ``bwrap``: ``env.execute({"command": CMD})`` on one environment reused for every call.
+- ``docker exec/cmd``, ``podman exec/cmd``: one ``CLI exec CONTAINER bash -c CMD`` per command into
+  one already-running container of the backend's image (``CLI run -d --network none IMAGE sleep
+  infinity``, removed at the end), CLI and socket from the backend's own ``Engine.cli_argv()``:
+  what the container backends would cost with one exec per command.
+- ``local``, ``bwrap``, ``docker``, ``podman``: ``env.execute({"command": CMD})`` on one environment
+  reused for every call.
 
-Reported per command: median and p90 in ms, the ratio to the fork median, and the overhead
-(median minus the fork median). Also the sandbox start time per backend (``get_environment`` +
-first ``true``, a new environment each time). The target checked: the bwrap backend's per-command
-overhead over a bare fork is <= 3 ms (median). This is a measurement, not a timed test.
+Reported per command: median and p90 in ms, the ratio to the fork median, and the overhead (median
+minus the fork median).
+
+Sandbox start (interleaved too, one warm-up round dropped): per backend, ``get_environment`` + the
+first ``true`` on a new environment each time (closed after, untimed; its close time is shown
+apart); for docker and podman also a bare ``CLI run --rm --network none IMAGE true`` of the same
+image through the same CLI, and the ratio backend start / bare run.
+
+Targets checked (PASS/FAIL): the bwrap, docker and podman backends' per-command overhead over a bare
+fork is <= 3 ms (median, each command); the docker backend's start is <= 1.2x a bare ``docker run``
+(podman's ratio is checked against the same bound and reported). A measurement, not a timed test.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
+import contextlib
+import functools
 import os
 import platform
-import statistics
-import subprocess
 import sys
-import time
 from typing import Callable
 
+from benchlib import Call, ExecContainer, bare_run_argv, median_ms, p90_ms, round_robin, run_checked
 from swe_sandbox import get_environment
 from swe_sandbox.config import SANDBOX_PATH
 from swe_sandbox.environments import environment_class
+from swe_sandbox.environments.container import ContainerEnvironment
 
+ALL_BACKENDS = ("local", "bwrap", "docker", "podman")
 COMMANDS = ("true", "echo hi")
 EXPECTED = {"true": "", "echo hi": "hi\n"}
 TARGET_OVERHEAD_MS = 3.0
+TARGET_START_RATIO = 1.2
+#: Backends whose per-command overhead is checked against TARGET_OVERHEAD_MS.
+OVERHEAD_CHECKED = ("bwrap", "docker", "podman")
 #: The base environment the bwrap backend gives its sandbox (mirrors BwrapEnvironment._open_channel).
 BWRAP_BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
+LABELS = {
+    "fork": "fork: bash -c via subprocess.run",
+    "bwrap/cmd": "bwrap/cmd: fresh bwrap per command",
+    "docker exec/cmd": "docker exec/cmd: docker exec per command",
+    "podman exec/cmd": "podman exec/cmd: podman exec per command",
+    "local": "local backend (execute)",
+    "bwrap": "bwrap backend (execute)",
+    "docker": "docker backend (execute)",
+    "podman": "podman backend (execute)",
+}
+
+Method = Callable[[str], None]
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..1)."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+def is_container(name: str) -> bool:
+    return issubclass(environment_class(name), ContainerEnvironment)
 
 
-def run_checked(argv: list[str], expect: str, env: dict[str, str] | None = None) -> None:
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    if done.returncode != 0 or done.stdout.decode() != expect:
-        raise SystemExit(f"baseline failed: {argv[-3:]} -> {done.returncode} {done.stdout!r}")
-
-
-def make_methods(backends: list[str], cleanup: list[Callable[[], None]]) -> dict[str, Callable[[str], None]]:
-    methods: dict[str, Callable[[str], None]] = {}
-    methods["fork"] = lambda cmd: run_checked(["bash", "-c", cmd], EXPECTED[cmd])
-
-    bwrap_usable = "bwrap" in backends and environment_class("bwrap").unavailable_reason() is None
-    if bwrap_usable:
-        probe = get_environment("bwrap")  # never started: only its policy is used
-        cleanup.append(probe.close)
-        argv = probe.bwrap_argv()
-        policy = argv[: argv.index("--") + 1]
-        env = probe.sandbox_env(dict(BWRAP_BASE_ENV))
-        methods["bwrap/cmd"] = lambda cmd: run_checked([*policy, "bash", "-c", cmd], EXPECTED[cmd], env)
-
-    for name in backends:
+def usable_backends(requested: list[str]) -> list[str]:
+    """The requested backends that can run here (the others are reported and skipped)."""
+    usable = []
+    for name in requested:
         reason = environment_class(name).unavailable_reason()
         if reason:
             print(f"skipping backend {name}: {reason}", file=sys.stderr)
-            continue
-        environment = get_environment(name)
-        environment.start()
-        cleanup.append(environment.close)
+        else:
+            usable.append(name)
+    return usable
 
-        def call(cmd: str, environment=environment, name=name) -> None:
-            result = environment.execute({"command": cmd}, timeout=30)
-            if result["returncode"] != 0 or result["output"] != EXPECTED[cmd]:
-                raise SystemExit(f"backend {name} failed on {cmd!r}: {result}")
 
-        methods[name] = call
+def cli_of(name: str, stack: contextlib.ExitStack) -> tuple[list[str], dict[str, str], str]:
+    """(CLI argv, CLI environment, image) of a container backend, from a never-started environment."""
+    probe = get_environment(name)
+    stack.callback(probe.close)
+    return probe.engine.cli_argv(), probe.engine.cli_env(), probe.config.image
+
+
+def bwrap_cmd_method(stack: contextlib.ExitStack) -> Method:
+    probe = get_environment("bwrap")  # never started: only its policy is used
+    stack.callback(probe.close)
+    argv = probe.bwrap_argv()
+    policy = argv[: argv.index("--") + 1]
+    env = probe.sandbox_env(dict(BWRAP_BASE_ENV))
+    return lambda cmd: run_checked([*policy, "bash", "-c", cmd], EXPECTED[cmd], env)
+
+
+def exec_cmd_method(name: str, stack: contextlib.ExitStack) -> Method:
+    cli, env, image = cli_of(name, stack)
+    box = stack.enter_context(ExecContainer(cli, env, image, podman=name == "podman"))
+    return lambda cmd: run_checked(box.exec_argv(cmd), EXPECTED[cmd], env)
+
+
+def backend_method(name: str, stack: contextlib.ExitStack) -> Method:
+    environment = get_environment(name)
+    stack.callback(environment.close)
+    environment.start()
+
+    def call(cmd: str) -> None:
+        result = environment.execute({"command": cmd}, timeout=30)
+        if result["returncode"] != 0 or result["output"] != EXPECTED[cmd]:
+            raise SystemExit(f"backend {name} failed on {cmd!r}: {result}")
+
+    return call
+
+
+def make_methods(backends: list[str], stack: contextlib.ExitStack) -> dict[str, Method]:
+    methods: dict[str, Method] = {"fork": lambda cmd: run_checked(["bash", "-c", cmd], EXPECTED[cmd])}
+    if "bwrap" in backends:
+        methods["bwrap/cmd"] = bwrap_cmd_method(stack)
+    for name in filter(is_container, backends):
+        methods[f"{name} exec/cmd"] = exec_cmd_method(name, stack)
+    for name in backends:
+        methods[name] = backend_method(name, stack)
     return methods
 
 
-def measure(methods: dict[str, Callable[[str], None]], n: int, warmup: int) -> dict[tuple[str, str], list[float]]:
-    """Round-robin over (method, command), rotating the order each round; seconds per call."""
-    pairs = [(m, c) for c in COMMANDS for m in methods]
-    samples: dict[tuple[str, str], list[float]] = {p: [] for p in pairs}
-    clock = time.perf_counter
-    for i in range(warmup + n):
-        shift = i % len(pairs)
-        for method, cmd in pairs[shift:] + pairs[:shift]:
-            fn = methods[method]
-            t0 = clock()
-            fn(cmd)
-            took = clock() - t0
-            if i >= warmup:
-                samples[(method, cmd)].append(took)
-    return samples
+def measure_roundtrips(backends: list[str], n: int, warmup: int) -> tuple[list[str], dict]:
+    """Round-trip samples keyed by (method, command); every environment and container is gone after."""
+    with contextlib.ExitStack() as stack:
+        methods = make_methods(backends, stack)
+        calls = {(m, c): functools.partial(fn, c) for c in COMMANDS for m, fn in methods.items()}
+        samples, _ = round_robin(calls, n, warmup)
+    return list(methods), samples
 
 
-def measure_starts(backends: list[str], runs: int) -> dict[str, list[float]]:
-    starts: dict[str, list[float]] = {}
-    for name in backends:
-        if environment_class(name).unavailable_reason():
+def backend_start(name: str) -> Callable[[], None]:
+    """One sandbox start: a new environment and its first command; returns its close (untimed)."""
+    environment = get_environment(name)
+    try:
+        result = environment.execute({"command": "true"}, timeout=60)
+        if result["returncode"] != 0:
+            raise SystemExit(f"backend {name} failed to start: {result}")
+    except BaseException:
+        environment.close()
+        raise
+    return environment.close
+
+
+def measure_starts(backends: list[str], runs: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Start samples keyed by backend, and ``"NAME run"`` for the bare-run baselines; close samples."""
+    calls: dict[str, Call] = {}
+    with contextlib.ExitStack() as stack:
+        for name in backends:
+            calls[name] = functools.partial(backend_start, name)
+            if is_container(name):
+                cli, env, image = cli_of(name, stack)
+                calls[f"{name} run"] = functools.partial(run_checked, bare_run_argv(cli, image), None, env)
+        return round_robin(calls, runs, warmup=1)
+
+
+def print_roundtrips(methods: list[str], samples: dict) -> dict[str, dict[str, float]]:
+    """The per-command tables; returns the overhead over fork (ms) per backend and command."""
+    overheads: dict[str, dict[str, float]] = {}
+    for cmd in COMMANDS:
+        base = median_ms(samples[("fork", cmd)])
+        print(f"\ncommand `{cmd}`")
+        print(f"  {'method':42} {'median ms':>10} {'p90 ms':>8} {'x fork':>7} {'overhead ms':>12}")
+        for method in methods:
+            xs = samples[(method, cmd)]
+            med = median_ms(xs)
+            overheads.setdefault(method, {})[cmd] = med - base
+            print(f"  {LABELS.get(method, method):42} {med:10.2f} {p90_ms(xs):8.2f} {med / base:7.2f} "
+                  f"{med - base:+12.2f}")
+    return overheads
+
+
+def print_starts(starts: dict[str, list[float]], closes: dict[str, list[float]], runs: int) -> dict[str, float]:
+    """The start table; returns backend start / bare run (medians) per container backend."""
+    print(f"\nsandbox start: get_environment + first `true` (new environment each time, n={runs}); "
+          "`NAME run`: bare `CLI run --rm --network none IMAGE true`")
+    print(f"  {'method':42} {'median ms':>10} {'p90 ms':>8} {'x bare run':>11} {'close ms':>9}")
+    ratios: dict[str, float] = {}
+    for key, xs in starts.items():
+        bare = starts.get(f"{key} run")
+        ratio = f"{median_ms(xs) / median_ms(bare):11.2f}" if bare else f"{'':11}"
+        if bare:
+            ratios[key] = median_ms(xs) / median_ms(bare)
+        close = f"{median_ms(closes[key]):9.2f}" if key in ALL_BACKENDS else ""
+        print(f"  {key:42} {median_ms(xs):10.2f} {p90_ms(xs):8.2f} {ratio} {close}")
+    return ratios
+
+
+def print_targets() -> None:
+    print(f"targets: per-command overhead of the bwrap, docker and podman backends over a bare fork "
+          f"<= {TARGET_OVERHEAD_MS:g} ms (median, each command); docker backend start <= "
+          f"{TARGET_START_RATIO:g}x a bare `docker run` of the same image (podman: same bound, reported)")
+
+
+def print_verdicts(overheads: dict[str, dict[str, float]], ratios: dict[str, float]) -> None:
+    print()
+    for name in OVERHEAD_CHECKED:
+        if name not in overheads:
+            print(f"SKIP {name} per-command overhead: backend not measured")
             continue
-        times = []
-        for _ in range(runs + 1):  # the first one warms caches and is dropped
-            t0 = time.perf_counter()
-            environment = get_environment(name)
-            try:
-                environment.execute({"command": "true"}, timeout=30)
-                times.append(time.perf_counter() - t0)
-            finally:
-                environment.close()
-        starts[name] = times[1:]
-    return starts
+        worst = max(overheads[name].values())
+        detail = ", ".join(f"`{c}` {v:+.2f} ms" for c, v in overheads[name].items())
+        verdict = "PASS" if worst <= TARGET_OVERHEAD_MS else "FAIL"
+        print(f"{verdict} {name} per-command overhead over fork (median): {detail} "
+              f"(target <= {TARGET_OVERHEAD_MS:g} ms)")
+    for name in ("docker", "podman"):
+        if name not in ratios:
+            print(f"SKIP {name} start ratio: backend not measured")
+            continue
+        verdict = "PASS" if ratios[name] <= TARGET_START_RATIO else "FAIL"
+        note = "" if name == "docker" else "; reported, the target names docker"
+        print(f"{verdict} {name} start / bare `{name} run`: {ratios[name]:.2f}x "
+              f"(target <= {TARGET_START_RATIO:g}x{note})")
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=200, help="timed iterations per method and command (default 200)")
     parser.add_argument("--warmup", type=int, default=20, help="untimed iterations first (default 20)")
-    parser.add_argument("--backends", default="local,bwrap", help="comma-separated backends (default local,bwrap)")
-    parser.add_argument("--starts", type=int, default=10, help="sandbox starts timed per backend (default 10)")
-    args = parser.parse_args(argv)
-    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    parser.add_argument("--backends", default=",".join(ALL_BACKENDS),
+                        help="comma-separated backends (default: every available one of local,bwrap,docker,podman)")
+    parser.add_argument("--starts", type=int, default=10, help="sandbox starts timed per method (default 10)")
+    return parser.parse_args(argv)
 
-    print(f"swe-sandbox round-trip benchmark: n={args.n} per method and command (after {args.warmup} warm-up), "
-          f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
-          f"{os.cpu_count()} CPUs, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    cleanup: list[Callable[[], None]] = []
-    try:
-        methods = make_methods(backends, cleanup)
-        samples = measure(methods, args.n, args.warmup)
-    finally:
-        for close in cleanup:
-            close()
 
-    labels = {
-        "fork": "fork: bash -c via subprocess.run",
-        "bwrap/cmd": "bwrap/cmd: fresh bwrap per command",
-        "local": "local backend (execute)",
-        "bwrap": "bwrap backend (execute)",
-    }
-    overheads: dict[str, float] = {}
-    for cmd in COMMANDS:
-        base = statistics.median(samples[("fork", cmd)]) * 1000
-        print(f"\ncommand `{cmd}`")
-        print(f"  {'method':38} {'median ms':>10} {'p90 ms':>8} {'x fork':>7} {'overhead ms':>12}")
-        for method in methods:
-            xs = samples[(method, cmd)]
-            med, p90 = statistics.median(xs) * 1000, percentile(xs, 0.9) * 1000
-            if method == "bwrap":
-                overheads[cmd] = med - base
-            print(f"  {labels.get(method, method):38} {med:10.2f} {p90:8.2f} {med / base:7.2f} {med - base:+12.2f}")
-
-    starts = measure_starts(backends, args.starts)
-    if starts:
-        print(f"\nsandbox start: get_environment + first `true` (new environment each time, n={args.starts})")
-        print(f"  {'backend':38} {'median ms':>10} {'p90 ms':>8}")
-        for name, xs in starts.items():
-            print(f"  {name:38} {statistics.median(xs) * 1000:10.2f} {percentile(xs, 0.9) * 1000:8.2f}")
-
-    print()
-    if overheads:
-        worst = max(overheads.values())
-        verdict = "MET" if worst <= TARGET_OVERHEAD_MS else "NOT MET"
-        detail = ", ".join(f"`{c}` {v:+.2f} ms" for c, v in overheads.items())
-        print(f"bwrap backend per-command overhead over a bare fork (median): {detail}; "
-              f"target <= {TARGET_OVERHEAD_MS:g} ms: {verdict}")
-    else:
-        print("bwrap backend not measured (unavailable or not selected): overhead target not checked")
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    backends = usable_backends([b.strip() for b in args.backends.split(",") if b.strip()])
+    print(f"swe-sandbox round-trip benchmark: backends {','.join(backends) or '(none)'}, n={args.n} per method "
+          f"and command (after {args.warmup} warm-up), Python {platform.python_version()}, {platform.system()} "
+          f"{platform.release()}, {os.cpu_count()} CPUs, load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print_targets()
+    methods, samples = measure_roundtrips(backends, args.n, args.warmup)
+    overheads = print_roundtrips(methods, samples)
+    ratios: dict[str, float] = {}
+    if backends and args.starts > 0:
+        starts, closes = measure_starts(backends, args.starts)
+        ratios = print_starts(starts, closes, args.starts)
+    print_verdicts(overheads, ratios)
+    print(f"load at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -50,6 +50,9 @@ if [ "$(id -u)" != 0 ]; then
     die "run as root (it installs packages and starts daemons)"
 fi
 mkdir -p "$LOG_DIR" "$STATE_DIR"
+# The daemons started below inherit our working directory, and some of their helpers write files
+# relative to it (conmon leaves an `oom` file after an out-of-memory kill): start them from /.
+cd /
 
 # --- 1. packages --------------------------------------------------------------------------------
 missing=()

@@ -55,7 +55,8 @@ _EXEC_FALLBACK = {
         "exec fallback: there is no runner; a command's parent is the per-command `sh` wrapper",
 }
 
-#: backend -> {test function name: reason}. Each entry becomes ``xfail(strict=True, reason=...)``.
+#: backend -> {test function name, or ``name[case]`` for one parametrized case: reason}. Each entry
+#: becomes ``xfail(strict=True, reason=...)``.
 KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
     "local": {
         "test_commands_cannot_write_into_the_runner_channel":
@@ -130,7 +131,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("env") if callspec is not None else None
-        reason = KNOWN_LIMITATIONS.get(backend, {}).get(getattr(item, "originalname", item.name))
+        if backend not in KNOWN_LIMITATIONS:
+            continue
+        name = getattr(item, "originalname", item.name)
+        case = callspec.id.replace(f"{backend}-", "", 1) if callspec.id.startswith(f"{backend}-") else ""
+        limits = KNOWN_LIMITATIONS[backend]
+        reason = limits.get(f"{name}[{case}]") or limits.get(name)
         if reason:
             item.add_marker(pytest.mark.xfail(strict=True, reason=f"{backend}: {reason}"))
 

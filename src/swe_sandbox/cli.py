@@ -283,6 +283,7 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
     except Exception as exc:
         row["reason"] = f"{type(exc).__name__}: {one_line(str(exc))}"
         return row
+    row["isolation"] = getattr(environment, "isolation", "") or row["isolation"]  # per config (ssh + bwrap)
     steps = row["steps"]
     try:
         t0 = time.perf_counter()

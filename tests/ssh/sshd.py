@@ -5,11 +5,19 @@ system's is never read) listening on a free port of 127.0.0.1, run as ``sshd -D 
 It accepts the generated key for the user running the tests (root in CI); the client is given an
 explicit key and known_hosts file, so nothing of ``~/.ssh`` is used.
 
+Nor does the tester's ``~/.bashrc`` run: sshd starts every channel's command with the user's
+login shell, and bash reads ``~/.bashrc`` there unless ``SHLVL`` is already set, which the server
+does (``SetEnv SHLVL=1``). This host's root ``~/.bashrc`` runs ``pyenv init`` (~0.9 s per channel,
+no guard for non-interactive shells), which would otherwise land on every exec-fallback command
+and on the benchmark's channel-per-command baseline. ``test_ssh_backend`` covers startup files
+that print and take time with ``session_env={"BASH_ENV": ...}``.
+
 When sshd is missing it is installed with ``scripts/setup-sshd.sh`` if we are root and ``CI`` (or
 ``SWE_SANDBOX_SETUP_SSHD=1``) is set; otherwise the tests that need it skip (fail under ``CI``).
 
     shared_sshd()      one server per test process, started on first use, stopped at exit
-    ssh_spec(mode)     the environment config (a dict for get_environment) for that server
+    ssh_spec(runner)   the environment config (a dict for get_environment) for that server
+    server_or_skip()   the shared server, or the current test skips (fails under CI) without sshd
     Sshd()             a private server, for tests that kill, freeze or restart it
 """
 
@@ -26,7 +34,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO / "scripts" / "setup-sshd.sh"
@@ -53,6 +61,7 @@ MaxStartups 64
 MaxSessions 64
 Subsystem sftp internal-sftp
 LogLevel VERBOSE
+SetEnv {setenv}
 """
 
 
@@ -96,8 +105,14 @@ def _free_port() -> int:
 class Sshd:
     """One OpenSSH server on 127.0.0.1 with its own keys; ``with Sshd() as server: ...``."""
 
-    def __init__(self) -> None:
+    def __init__(self, session_env: dict[str, str] | None = None) -> None:
+        """Make the keys (the server starts with ``start``).
+
+        Args:
+            session_env: variables sshd sets in every session (``SetEnv``), besides ``SHLVL=1``.
+        """
         ensure_sshd()
+        self.session_env = {"SHLVL": "1", **(session_env or {})}
         self.dir = Path(tempfile.mkdtemp(prefix="swe-sandbox-sshd-"))
         self.user = getpass.getuser()
         self.key = self.dir / "id_ed25519"
@@ -114,7 +129,8 @@ class Sshd:
         """Start sshd (on a new free port the first time, on the same port after ``stop``)."""
         for attempt in range(5):
             port = self.port or _free_port()
-            (self.dir / "sshd_config").write_text(CONFIG.format(port=port, dir=self.dir))
+            setenv = " ".join(f'"{k}={v}"' for k, v in self.session_env.items())
+            (self.dir / "sshd_config").write_text(CONFIG.format(port=port, dir=self.dir, setenv=setenv))
             self.known_hosts.write_text(f"[127.0.0.1]:{port} " + " ".join(
                 (self.dir / "host_ed25519.pub").read_text().split()[:2]) + "\n")
             log = open(self.dir / "sshd.log", "ab")
@@ -200,16 +216,21 @@ class Sshd:
         self.close()
 
     # -- client side -----------------------------------------------------------------------------
-    def spec(self, mode: str = "runner", **overrides: Any) -> dict[str, Any]:
-        """An environment config for this server (``get_environment(server.spec())``)."""
-        return {"backend": "ssh", "host": "127.0.0.1", "port": self.port, "username": self.user,
-                "key_filename": str(self.key), "known_hosts": str(self.known_hosts), "mode": mode, **overrides}
+    def spec(self, runner: str = "python", **overrides: Any) -> dict[str, Any]:
+        """An environment config for this server (``get_environment(server.spec())``).
 
-    def write_spec(self, path: Path, mode: str = "runner", **overrides: Any) -> Path:
+        Args:
+            runner: the ssh backend's ``runner`` field: ``python``, ``exec`` or ``auto``.
+            **overrides: further config fields.
+        """
+        return {"backend": "ssh", "host": "127.0.0.1", "port": self.port, "username": self.user,
+                "key_filename": str(self.key), "known_hosts": str(self.known_hosts), "runner": runner, **overrides}
+
+    def write_spec(self, path: Path, runner: str = "python", **overrides: Any) -> Path:
         """The same config as a YAML file (for ``--env FILE``)."""
         import yaml
 
-        path.write_text(yaml.safe_dump(self.spec(mode, **overrides)))
+        path.write_text(yaml.safe_dump(self.spec(runner, **overrides)))
         return path
 
 
@@ -226,13 +247,18 @@ def shared_sshd() -> Sshd:
     return _SHARED
 
 
-def ssh_spec(mode: str = "runner", **overrides: Any) -> dict[str, Any]:
-    """Config of the shared server for the conformance suite; skips (fails under CI) without sshd."""
+def server_or_skip(make: Callable[[], Sshd] = shared_sshd) -> Sshd:
+    """``make()``; without a usable sshd the current test skips (fails under ``CI``)."""
     try:
-        return shared_sshd().spec(mode, **overrides)
+        return make()
     except SshdUnavailable as exc:
         import pytest
 
         if "CI" in os.environ:
             pytest.fail(f"no sshd for the ssh backend in CI: {exc}", pytrace=False)
         pytest.skip(f"no sshd for the ssh backend: {exc}")
+
+
+def ssh_spec(runner: str = "python", **overrides: Any) -> dict[str, Any]:
+    """Config of the shared server for the conformance suite; skips (fails under CI) without sshd."""
+    return server_or_skip().spec(runner, **overrides)

@@ -2,8 +2,9 @@
 
 What the conformance suite cannot show: host-key policy, inline environment, SFTP, a connection
 that drops or freezes mid-command (SandboxDied in bounded time, then a reconnect), the channel
-window under large output, the remote bwrap sandbox, and `swe-sandbox check`.
-The execute contract itself runs in tests/conformance (entries "ssh" and "ssh-fallback").
+window under large output, login shells whose startup files print, the remote bwrap sandbox, and
+`swe-sandbox check`. The agent end to end over ssh is in test_ssh_e2e.py.
+The execute contract itself runs in tests/conformance (entries "ssh" and "ssh-exec").
 """
 
 from __future__ import annotations
@@ -19,32 +20,23 @@ from pathlib import Path
 import pytest
 
 import swe_sandbox
-from ssh.sshd import Sshd, SshdUnavailable, shared_sshd
+from ssh.sshd import Sshd, server_or_skip
 from swe_sandbox.errors import BackendUnavailable, SandboxDied, SandboxStartError
 
 pytestmark = pytest.mark.ssh
-MODES = ["runner", "fallback"]
-
-
-def _server_or_skip(make):
-    try:
-        return make()
-    except SshdUnavailable as exc:
-        if "CI" in os.environ:
-            pytest.fail(f"no sshd in CI: {exc}", pytrace=False)
-        pytest.skip(str(exc))
+RUNNERS = ["python", "exec"]
 
 
 @pytest.fixture
 def shared():
     """The process-wide test sshd (never killed or frozen)."""
-    return _server_or_skip(shared_sshd)
+    return server_or_skip()
 
 
 @pytest.fixture
 def server():
     """A private sshd, for tests that kill, freeze or restart it."""
-    sshd = _server_or_skip(lambda: Sshd().start())
+    sshd = server_or_skip(lambda: Sshd().start())
     try:
         yield sshd
     finally:
@@ -127,16 +119,16 @@ def test_host_is_required():
         swe_sandbox.get_environment("ssh")
 
 
-# -- environment, workspace, modes ---------------------------------------------------------------
+# -- environment, workspace, runners -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_env_values_travel_inline_and_exact(shared, make_ssh, monkeypatch, mode):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_env_values_travel_inline_and_exact(shared, make_ssh, monkeypatch, runner):
     tricky = {"SWE_Q": "it's \"quoted\" $HOME `id` \\ ; & | *", "SWE_NL": "line1\nline2", "SWE_U": "ü 😀 中",
               "SWE_EMPTY": ""}
     monkeypatch.setenv("SWE_HOST_ONLY", "host-secret-value")
     monkeypatch.setenv("SWE_FWD", "forwarded")
-    environment = make_ssh(shared.spec(mode, env=tricky, forward_env=["SWE_FWD"]))
+    environment = make_ssh(shared.spec(runner, env=tricky, forward_env=["SWE_FWD"]))
     script = "import os, json; print(json.dumps({k: v for k, v in os.environ.items() if k.startswith('SWE_')}))"
     result = run(environment, f"python3 -c \"{script}\"")
     import json
@@ -148,9 +140,9 @@ def test_env_values_travel_inline_and_exact(shared, make_ssh, monkeypatch, mode)
     assert run(environment, 'echo "$PAGER $TERM"')["output"] == "cat dumb\n"
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_temporary_workspace_is_the_cwd_and_removed_at_close(shared, make_ssh, mode):
-    environment = make_ssh(shared.spec(mode))
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_temporary_workspace_is_the_cwd_and_removed_at_close(shared, make_ssh, runner):
+    environment = make_ssh(shared.spec(runner))
     workspace = environment.workspace
     assert run(environment, "pwd; stat -c %a .")["output"] == f"{workspace}\n700\n"
     run(environment, "echo kept > f.txt")
@@ -167,19 +159,43 @@ def test_given_workspace_is_created_and_kept(shared, make_ssh, tmp_path):
     assert (workspace / "made-here").exists()
 
 
-def test_mode_auto_falls_back_without_python_and_runner_mode_refuses(shared, make_ssh):
+def test_runner_auto_falls_back_without_python_and_python_refuses(shared, make_ssh):
     auto = make_ssh(shared.spec("auto", python="/nonexistent/python3"))
     assert run(auto, "echo via-fallback")["output"] == "via-fallback\n"
     assert auto.info["mode"] == "exec"
     with_python = make_ssh(shared.spec("auto"))
     assert run(with_python, "true")["returncode"] == 0 and with_python.info["python"]
-    forced = make_ssh(shared.spec("runner", python="/nonexistent/python3"))
-    with pytest.raises(SandboxStartError, match="mode: fallback"):
+    forced = make_ssh(shared.spec("python", python="/nonexistent/python3"))
+    with pytest.raises(SandboxStartError, match="runner: auto or exec"):
         run(forced, "true")
 
 
+@pytest.fixture
+def chatty_server(tmp_path):
+    """A private sshd whose login shells print on both streams, and take time, before any command."""
+    startup = tmp_path / "chatty-startup.sh"
+    startup.write_text('[ -n "$CHATTY_DONE" ] || { echo "welcome to the box"; echo "startup warning" >&2; sleep 0.3; }\n'
+                       "export CHATTY_DONE=1\n")
+    sshd = server_or_skip(lambda: Sshd(session_env={"BASH_ENV": str(startup)}).start())
+    try:
+        yield sshd
+    finally:
+        sshd.close()
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_login_shell_startup_output_is_dropped(chatty_server, make_ssh, runner):
+    """What startup files print before the command reaches neither results nor the runner's frames."""
+    environment = make_ssh(chatty_server.spec(runner))
+    first = run(environment, "echo clean; echo err >&2; exit 4")
+    assert (first["output"], first["returncode"]) == ("clean\nerr\n", 4)
+    assert run(environment, "echo again")["output"] == "again\n"
+    environment.upload(__file__, "copied.py")
+    assert run(environment, "test -s copied.py && echo copied")["output"] == "copied\n"
+
+
 def test_runner_mode_uses_one_channel_for_every_command(shared, make_ssh):
-    environment = make_ssh(shared.spec("runner"))
+    environment = make_ssh(shared.spec("python"))
     pids = {run(environment, "echo $PPID")["output"] for _ in range(5)}
     assert len(pids) == 1  # the same runner answered every command
     assert environment.info["op"] == "ready" and environment.info["python"]
@@ -188,15 +204,15 @@ def test_runner_mode_uses_one_channel_for_every_command(shared, make_ssh):
 # -- files ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_upload_download_round_trip(shared, make_ssh, tmp_path, mode):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_upload_download_round_trip(shared, make_ssh, tmp_path, runner):
     src = tmp_path / "src"
     (src / "sub dir ü").mkdir(parents=True)
     (src / "sub dir ü" / "data.bin").write_bytes(os.urandom(300_000))
     (src / "run.sh").write_text("#!/bin/sh\necho ran\n")
     (src / "run.sh").chmod(0o755)
     (src / "link").symlink_to("run.sh")
-    environment = make_ssh(shared.spec(mode))
+    environment = make_ssh(shared.spec(runner))
     environment.upload(src, "project")  # relative: in the workspace
     assert run(environment, "cd project && ./run.sh && readlink link")["output"] == "ran\nrun.sh\n"
     environment.upload(src / "run.sh", "single/copy.sh")
@@ -210,9 +226,9 @@ def test_upload_download_round_trip(shared, make_ssh, tmp_path, mode):
 # -- a connection that drops or freezes ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_killed_sshd_mid_command_raises_fast_then_reconnects(server, make_ssh, mode):
-    environment = make_ssh(server.spec(mode, timeout=900))
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_killed_sshd_mid_command_raises_fast_then_reconnects(server, make_ssh, runner):
+    environment = make_ssh(server.spec(runner, timeout=900))
     marker = unique_marker()
     assert run(environment, "echo state > kept.txt")["returncode"] == 0
     killer = _later(1.0, server.kill)
@@ -229,9 +245,9 @@ def test_killed_sshd_mid_command_raises_fast_then_reconnects(server, make_ssh, m
     assert wait_gone(environment, marker), "the old command outlived its connection"
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_frozen_sshd_mid_command_raises_within_30s_then_reconnects(server, make_ssh, mode):
-    environment = make_ssh(server.spec(mode, timeout=900))  # default keepalives: 5 s x 3
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_frozen_sshd_mid_command_raises_within_30s_then_reconnects(server, make_ssh, runner):
+    environment = make_ssh(server.spec(runner, timeout=900))  # default keepalives: 5 s x 3
     marker = unique_marker()
     assert run(environment, "true")["returncode"] == 0
     freezer = _later(1.0, server.freeze)
@@ -263,7 +279,7 @@ def test_quick_keepalive_detects_a_frozen_server_fast(server, make_ssh):
 
 
 def test_runner_death_on_a_healthy_connection_closes_the_environment(shared, make_ssh):
-    environment = make_ssh(shared.spec("runner"))
+    environment = make_ssh(shared.spec("python"))
     with pytest.raises(SandboxDied):
         run(environment, "kill -9 $PPID; sleep 5")
     with pytest.raises(swe_sandbox.SweSandboxError, match="closed"):
@@ -296,9 +312,9 @@ def _later(delay, fn):
 # -- large output, both streams ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_large_output_on_both_streams_does_not_deadlock(shared, make_ssh, mode):
-    environment = make_ssh(shared.spec(mode, max_output_bytes=1 << 20))
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_large_output_on_both_streams_does_not_deadlock(shared, make_ssh, runner):
+    environment = make_ssh(shared.spec(runner, max_output_bytes=1 << 20))
     command = ("python3 -c \"import sys, threading\n"
                "def w(s):\n    for _ in range(400): s.write('x' * 65536); s.flush()\n"
                "t = threading.Thread(target=w, args=(sys.stderr,)); t.start(); w(sys.stdout); t.join()\"; echo END")
@@ -312,7 +328,7 @@ def test_runner_stderr_flood_does_not_stall_the_channel(shared, make_ssh, tmp_pa
     python = tmp_path / "noisy-python3"  # the remote is this host
     python.write_text("#!/bin/sh\nhead -c 30000000 /dev/zero >&2\nexec python3 \"$@\"\n")
     python.chmod(0o755)
-    environment = make_ssh(shared.spec("runner", python=str(python)))
+    environment = make_ssh(shared.spec("python", python=str(python)))
     assert run(environment, "echo done", timeout=60)["output"] == "done\n"
     assert run(environment, "echo alive")["output"] == "alive\n"
 
@@ -331,10 +347,10 @@ def _require_bwrap():
 
 
 @pytest.mark.bwrap
-@pytest.mark.parametrize("mode", MODES)
-def test_remote_bwrap_runs_commands_under_the_bwrap_policy(shared, make_ssh, tmp_path, mode):
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_remote_bwrap_runs_commands_under_the_bwrap_policy(shared, make_ssh, tmp_path, runner):
     _require_bwrap()
-    environment = make_ssh(shared.spec(mode, remote_sandbox="bwrap"))
+    environment = make_ssh(shared.spec(runner, remote_sandbox="bwrap"))
     assert environment.isolation.startswith("bwrap on the remote host")
     result = run(environment, "pwd; hostname; cat /etc/shadow 2>/dev/null | grep -c root:; touch /usr/x 2>/dev/null || echo ro; "
                               "echo $HOME; echo w > in-ws")
@@ -364,7 +380,7 @@ def test_check_says_ssh_alone_is_no_sandbox(shared, tmp_path):
                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"}, stdin=subprocess.DEVNULL)
     text = " ".join(done.stdout.split())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "PASS" in text and "none by itself" in text
+    assert "PASS" in text and "SSH alone is not a sandbox" in text
 
 
 def test_exec_with_the_preset_and_overrides(shared):

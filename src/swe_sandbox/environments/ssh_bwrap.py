@@ -1,0 +1,62 @@
+"""``remote_sandbox: bwrap`` of the ``ssh`` backend: the bwrap backend's policy on the remote host.
+
+The remote runner (or fallback wrapper) is started as ``env -i VARS bwrap POLICY -- ...`` with the
+argv ``BwrapEnvironment.bwrap_argv`` builds, the remote workspace bound at ``mount_point``. That
+argv is built from THIS host's file system (which system directories exist, which are links), so
+the remote's layout is checked to be the same before anything runs there.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import PurePosixPath
+
+from swe_sandbox.config import SANDBOX_PATH
+from swe_sandbox.environments.base import Environment
+from swe_sandbox.environments.bwrap import MASKED_FILES, SYSTEM_DIRS, BwrapConfig, BwrapEnvironment
+from swe_sandbox.errors import BackendUnavailable, SandboxStartError
+
+#: The bwrap backend's base environment (BwrapEnvironment._open_channel).
+BWRAP_BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
+LAYOUT_PATHS = (*SYSTEM_DIRS, *MASKED_FILES)
+
+
+class RemoteBwrap(BwrapEnvironment):
+    """The bwrap backend's policy for a workspace on the remote host (only ``bwrap_argv`` is used)."""
+
+    def __init__(self, config: BwrapConfig, workspace: str):
+        Environment.__init__(self, config)
+        self.remote_workspace = workspace
+
+    @property
+    def workspace(self) -> PurePosixPath:
+        return PurePosixPath(self.remote_workspace)
+
+    def _stop(self) -> None:
+        pass
+
+    def probe(self) -> list[str]:
+        """Remote shell lines printing ``bwrap=1`` when bubblewrap works, and the system layout."""
+        return [f"{shlex.quote(self.config.bwrap_path)} --unshare-all --unshare-user --ro-bind / / -- true 2>&1"
+                " && echo bwrap=1",
+                f"for p in {' '.join(LAYOUT_PATHS)}; do if [ -L $p ]; then echo \"$p L$(readlink $p)\"; "
+                "elif [ -d $p ]; then echo \"$p D\"; elif [ -e $p ]; then echo \"$p F\"; fi; done"]
+
+    def check(self, host: str, facts: set[str]) -> None:
+        """Refuse a remote whose bwrap fails, or whose layout differs from this host's (``bwrap_argv``
+        reads this host's file system).
+
+        Raises:
+            BackendUnavailable: bubblewrap does not work on the remote.
+            SandboxStartError: the system layouts differ.
+        """
+        if "bwrap=1" not in facts:
+            raise BackendUnavailable(f"remote_sandbox: bwrap: bubblewrap does not work on {host}: "
+                                     f"{' '.join(f for f in facts if '=' not in f and f[:1] != '/')[:500]}")
+        here = {f"{p} L{os.readlink(p)}" if os.path.islink(p) else f"{p} D" if os.path.isdir(p) else f"{p} F"
+                for p in LAYOUT_PATHS if os.path.lexists(p)}
+        there = {f for f in facts if f[:1] == "/"}
+        if here != there:
+            raise SandboxStartError(f"remote_sandbox: bwrap: the system layout of {host} differs from this "
+                                    f"host's ({sorted(here ^ there)}); not supported yet")
