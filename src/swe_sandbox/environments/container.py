@@ -307,7 +307,7 @@ class ContainerEnvironment(Environment):
         self._tether = channel  # stays attached: ends the container if this process dies
         return ExecFallbackChannel(popen_exec(self.engine.exec_argv(cid, []), cli_env),
                                    info={"cwd": self.config.mount_point}, describe_death=self.describe_state,
-                                   sweep_orphans=True)
+                                   sweep_orphans=True, shared_clock=self.engine.url.startswith("unix://"))
 
     def start(self) -> None:
         """Create the container, attach the runner (or the fallback), copy the workspace in."""

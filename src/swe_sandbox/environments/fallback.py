@@ -35,6 +35,7 @@ exec's start cost (~70-120 ms on docker/podman instead of ~3 ms).
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import subprocess
@@ -51,7 +52,7 @@ STATUS_PREFIX = "swe-sandbox-status "
 SCRIPT_NAME = "swe-sandbox-exec"
 
 FALLBACK_SCRIPT = r"""
-cwd=$1 t=$2 tok=$3 drain=$4 collect=$5 orphans=$7
+cwd=$1 t=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} tcs=${9:-}
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
 # A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
@@ -100,6 +101,10 @@ mkfifo "$d/out" || { status error=mkfifo; rm -rf "$d"; exit 125; }
 cat "$d/out" &
 reader=$!
 dog=
+if [ -n "$t" ] && [ -n "$deadline" ]; then  # same kernel as the host: the exec's start counts too
+  now_cs; left=$((deadline - now)); [ "$left" -ge 1 ] || left=1; [ "$left" -le "$tcs" ] || left=$tcs
+  t=$((left / 100)).$(printf '%02d' $((left % 100)))
+fi
 if [ -n "$t" ]; then  # forked before the command, so a fork bomb cannot keep it from starting
   setsid sh -c 'sleep "$1"; : >"$2/expired"; until read -r p <"$2/pid"; do sleep 0.01; done 2>/dev/null
     kill -KILL -"$p" 2>/dev/null; kill -KILL "$p"' \
@@ -154,17 +159,20 @@ class ExecHandle(Protocol):
 
 
 def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, str],
-                  sweep_orphans: bool = False) -> list[str]:
+                  sweep_orphans: bool = False, deadline_cs: int | None = None) -> list[str]:
     """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
 
     ``env`` is exported by the script itself (quoted), so a transport that only takes a command
     string (ssh) can ``shlex.join`` this argv as is. ``sweep_orphans``: see ``ExecFallbackChannel``.
+    ``deadline_cs``: when the timeout expires, in centiseconds of ``/proc/uptime`` (only where the
+    sandbox shares the host's kernel); the watchdog then also counts the time the exec took to start.
     """
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
     collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
     return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, "" if timeout is None else runner._num(timeout),
-            token, drain_ticks, collect_ticks, exports, "1" if sweep_orphans else "0"]
+            token, drain_ticks, collect_ticks, exports, "1" if sweep_orphans else "0",
+            *([] if deadline_cs is None or timeout is None else [str(deadline_cs), str(math.ceil(timeout * 100))])]
 
 
 def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
@@ -192,11 +200,14 @@ class ExecFallbackChannel(Channel):
             started that carry no command token at all (``setsid env -i ...`` escapees). Only
             where everything in the sandbox belongs to it (a container whose PID 1 is its init);
             never on a shared host, where PID 1 adopts other people's daemons too.
+        shared_clock: the sandbox runs on this host's kernel (a local container engine): the
+            timeout is then counted from when the exec is started, not from when it got going
+            inside (an exec can take a few hundred ms to start under load).
     """
 
     def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
                  info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
-                 sweep_orphans: bool = False):
+                 sweep_orphans: bool = False, shared_clock: bool = False):
         self.proc = None
         self.stderr_file = None
         self._buf = bytearray()
@@ -204,6 +215,7 @@ class ExecFallbackChannel(Channel):
         self.env = dict(env or {})
         self.describe_death = describe_death or (lambda: "")
         self.sweep_orphans = sweep_orphans
+        self.shared_clock = shared_clock
         self.run_id = f"fallback-{os.getpid()}-{os.urandom(6).hex()}"
         self.seq = 0
         self._pending: list[dict[str, Any]] = [{
@@ -240,7 +252,9 @@ class ExecFallbackChannel(Channel):
         timeout = req.get("timeout")
         token = f"{self.run_id}.{self.seq}"
         env = {**self.env, **(req.get("env") or {}), runner.RUN_TOKEN_VAR: self.run_id}
-        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans)
+        # +1: /proc/uptime is truncated to centiseconds; the kill must never come early
+        deadline = _uptime_cs() + math.ceil(float(timeout) * 100) + 1 if self.shared_clock and timeout else None
+        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline)
         buf = runner.OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
         try:
             proc = self.start_exec(argv)
@@ -299,6 +313,13 @@ class ExecFallbackChannel(Channel):
                 if not data:
                     return True
                 buf.feed(data)
+
+
+def _uptime_cs() -> int:
+    """``/proc/uptime`` in centiseconds: the clock the fallback script reads inside the sandbox."""
+    with open("/proc/uptime") as f:
+        seconds, _, fraction = f.read().split()[0].partition(".")
+    return int(seconds) * 100 + int((fraction + "00")[:2])
 
 
 def _read_all(stream, chunks: list[bytes]) -> None:
