@@ -46,6 +46,8 @@ CMD_TOKEN_VAR = "SWE_SANDBOX_CMD"
 DRAIN_MAX_S = 0.25
 #: ... or until the pipe has been silent this long (seconds).
 DRAIN_IDLE_S = 0.05
+#: How often the exit status is polled when no waiter thread could be started (seconds).
+POLL_S = 0.05
 #: Time (seconds) a timeout may spend killing the command's tree; a close may spend four times it.
 KILL_BUDGET_S = 0.3
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
@@ -220,6 +222,15 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
     return found
 
 
+def start_thread(target, *args):
+    """Start a daemon thread; False when none can be had (a fork bomb used every process slot)."""
+    try:
+        threading.Thread(target=target, args=args, daemon=True).start()
+    except RuntimeError:
+        return False
+    return True
+
+
 def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, budget=KILL_BUDGET_S, scope=None):
     """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
 
@@ -350,7 +361,11 @@ class Runner(object):
             os.close(command_fd)
         marker = ("\0%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
         stat = proc_stat(proc.pid)
-        return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
+        try:
+            return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
+        except BaseException:  # whatever went wrong here, the command's tree does not outlive it
+            kill_tree([proc.pid], proc.pid, marker, stat and stat[3], scope=self.scope)
+            raise
 
     def collect(self, req, proc, read_fd, tags, started):
         buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
@@ -361,7 +376,7 @@ class Runner(object):
             exited.set()
             self.wake()
 
-        threading.Thread(target=wait, daemon=True).start()
+        polling = not start_thread(wait)  # no thread to be had (a fork bomb): poll the status
         timeout = req.get("timeout")
         deadline = None if timeout is None else started + float(timeout)
         sel = selectors.DefaultSelector()
@@ -372,6 +387,8 @@ class Runner(object):
         last_data = time.monotonic()
         while True:
             now = time.monotonic()
+            if polling and proc.poll() is not None:
+                exited.set()
             if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not self.closing
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
@@ -389,6 +406,8 @@ class Runner(object):
             if drain_end is not None:
                 waits.append(last_data + DRAIN_IDLE_S)
             wait_s = max(0.0, min(waits) - now) if waits else None
+            if polling:
+                wait_s = POLL_S if wait_s is None else min(wait_s, POLL_S)
             for key, _ in sel.select(wait_s):
                 if key.data == "wake":
                     os.read(self.wake_r, 4096)
@@ -403,8 +422,8 @@ class Runner(object):
         sel.close()
         if eof:
             os.close(read_fd)
-        else:
-            threading.Thread(target=discard, args=(read_fd,), daemon=True).start()
+        elif not start_thread(discard, read_fd):
+            os.close(read_fd)  # no thread to be had: background writers get EPIPE rather than block
         if timed_out:
             msg = "Command timed out after %s seconds" % _num(timeout)
             return self.result(None, -1, msg, started, buf, timed_out=True)

@@ -182,6 +182,25 @@ def test_fork_bomb_is_contained_by_the_pids_limit(fresh):
     assert run(env, "echo alive", timeout=20)["output"] == "alive\n"
 
 
+@pytest.mark.parametrize("engine", [pytest.param(e, marks=getattr(pytest.mark, e)) for e in ENGINES])
+def test_fork_bomb_at_the_default_pids_limit_leaves_the_runner_working(engine):
+    """At the default limit (1024) the bomb also takes every thread the runner could start: the
+    timeout still kills all of it (the runner polls instead of starting a waiter thread), and the
+    sandbox goes on. (Runner mode; the exec fallback is shown with a lower limit above.)"""
+    require_backend(engine)
+    with swe_sandbox.get_environment(engine, timeout=30) as env:
+        assert run(env, "true")["returncode"] == 0
+        started = time.monotonic()
+        result = run(env, "bomb() { bomb | bomb & }; bomb; sleep 30", timeout=4)
+        assert time.monotonic() - started < 8 and result["extra"]["timed_out"] is True, result
+        assert "runner error" not in result["exception_info"], result
+        deadline = time.monotonic() + 20  # SIGKILLed processes of a bomb take a moment to go
+        while int(run(env, "ls -d /proc/[0-9]* | wc -l", timeout=20)["output"] or 0) >= 20:
+            assert time.monotonic() < deadline, "the bomb outlived its timeout"
+            time.sleep(0.5)
+        assert run(env, "echo alive")["output"] == "alive\n"
+
+
 def test_memory_hog_gives_a_clear_out_of_memory_result(fresh):
     env = fresh(memory="128m")
     result = run(env, "python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=60)

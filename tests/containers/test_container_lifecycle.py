@@ -226,6 +226,17 @@ def test_lifetime_guard_ends_the_container(make, mode, init):
         run(env, "echo again")
 
 
+@pytest.mark.parametrize("mode", list(MODES))
+def test_killing_sleeps_or_signalling_pid_1_spares_the_sandbox(make, mode):
+    """Agents clean up with `pkill sleep`; the lifetime guard's nap is cut short, nothing more."""
+    env = make(**MODES[mode])
+    kill_sleeps = 'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill ${p#/proc/}; done'
+    result = run(env, f"sleep 1000 & sleep 0.2; {kill_sleeps}; kill 1; sleep 0.5; echo cleaned")
+    assert result["output"] == "cleaned\n", result
+    time.sleep(1)
+    assert run(env, "echo alive")["output"] == "alive\n"
+
+
 @pytest.mark.parametrize("mode", ["runner", "exec"])
 def test_container_removed_during_a_command_raises_sandbox_died(make, mode):
     env = make(**MODES[mode])

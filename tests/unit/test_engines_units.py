@@ -165,9 +165,10 @@ def test_parse_status_ignores_other_stderr():
 def test_fallback_argv_is_shell_safe_for_ssh():
     """The argv can be joined into one command string (ssh) without re-quoting problems."""
     argv = fallback_argv("/a b", 1.5, "tok", {"X": "it's \"q\" $HOME"})
-    assert argv[:3] == ["sh", "-c", FALLBACK_SCRIPT] and argv[4:7] == ["/a b", "1.5", "tok"]
+    assert argv[:3] == ["sh", "-c", FALLBACK_SCRIPT] and argv[4:7] == ["/a b", "150", "tok"]  # centiseconds
     assert "export X='it'\"'\"'s \"q\" $HOME'" in argv[9]
-    assert argv[-1] == "0", "the orphan sweep is off unless asked for"
+    assert argv[10] == "0", "the orphan sweep is off unless asked for"
+    assert argv[11] == "", "no shared-clock deadline unless given"
 
 
 # -- the container launcher (checked without running it: its guard ends with kill -9 -1) ------------
@@ -181,7 +182,7 @@ def test_launcher_writes_a_well_formed_nopython_frame():
 
 def test_launcher_runs_the_runner_isolated():
     assert '"$1" -I -S -c "$2"; exit;' in LAUNCHER
-    assert '(sleep "$3"; kill -9 -1; kill -TERM 1)' in LAUNCHER
+    assert 'sleep $((end - ${u%%.*})); done; kill -9 -1; kill -TERM 1)' in LAUNCHER
 
 
 # -- engine option mapping ----------------------------------------------------------------------------

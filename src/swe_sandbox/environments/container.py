@@ -24,8 +24,9 @@ runner's own work). Why this and not the alternatives, measured on this host:
   ``exec_run`` cannot stream stdin at all (it ignores ``socket=``; a string command is
   shlex-split). Lifecycle calls still go through the SDKs, with ``api_timeout``.
 
-The lifetime guard (``sleep max_lifetime``, then SIGTERM to PID 1 and SIGKILL to everything) ends
-a container after ``max_lifetime`` whatever its owner does. Logging is off (``none``): the runner
+The lifetime guard (a shell sleeping until ``max_lifetime``, rounded up to whole seconds, has
+passed on ``/proc/uptime``, then SIGKILL to everything and SIGTERM to PID 1) ends a container after
+``max_lifetime`` whatever its owner does; a command that kills its ``sleep`` only wakes it early. Logging is off (``none``): the runner
 protocol is not written to the engine's container logs.
 
 Images without python3 get the exec fallback (``swe_sandbox.environments.fallback``): the launcher
@@ -42,6 +43,7 @@ non-root ``user`` and ``read_only`` root (writable workspace and /tmp); only ``e
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import struct
@@ -99,16 +101,20 @@ def _launcher() -> str:
     octal = "".join("\\%03o" % b for b in struct.pack(">I", len(frame)))
     return (
         "trap 'exit 0' TERM; "
-        # the guard: SIGKILL to every process but PID 1, then SIGTERM to PID 1 (init, or this
-        # shell when init is off; both exit on it)
-        '(sleep "$3"; kill -9 -1; kill -TERM 1) </dev/null >/dev/null 2>&1 & '
+        # the guard: at the deadline (on /proc/uptime, in whole seconds), SIGKILL to every process
+        # but PID 1, then SIGTERM to PID 1 (init, or this shell when init is off; both exit on it).
+        # A `pkill sleep` from a command only cuts one nap short: the guard sleeps again.
+        '(read -r u _ </proc/uptime; end=$((${u%%.*} + $3)); '
+        'while read -r u _ </proc/uptime; [ "${u%%.*}" -lt "$end" ]; do sleep $((end - ${u%%.*})); done; '
+        'kill -9 -1; kill -TERM 1) </dev/null >/dev/null 2>&1 & '
         # not exec'd: with init off the runner would be PID 1, which the guard cannot kill (the
         # runner ignores SIGTERM); as a child of this shell it dies with `kill -9 -1`
         'if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then "$1" -I -S -c "$2"; exit; fi; '
         f"printf '{octal}%s' '{frame.decode()}'; "
-        # no python: hold the container until the owner's attach ends (a trapped signal
-        # interrupts `wait`, not a foreground command)
-        'exec 3<&0 </dev/null >/dev/null 2>&1; cat <&3 & wait $!; kill -TERM 1 2>/dev/null; exit 0'
+        # no python: hold the container until the owner's attach ends; a stray TERM (`kill 1`
+        # forwarded by init) only interrupts `wait`, and the loop waits again
+        'trap : TERM; exec 3<&0 </dev/null >/dev/null 2>&1; cat <&3 & c=$!; '
+        'while kill -0 $c 2>/dev/null; do wait $c; done; kill -TERM 1 2>/dev/null; exit 0'
     )
 
 
@@ -237,7 +243,7 @@ class ContainerEnvironment(Environment):
         python = "" if cfg.runner == "exec" else cfg.python
         return ContainerSpec(
             image=cfg.image,
-            command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, _num(cfg.max_lifetime)],
+            command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, str(math.ceil(cfg.max_lifetime))],
             name=f"swe-sandbox-{self.run_id}",
             labels=self.labels(),
             environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}),

@@ -52,7 +52,7 @@ STATUS_PREFIX = "swe-sandbox-status "
 SCRIPT_NAME = "swe-sandbox-exec"
 
 FALLBACK_SCRIPT = r"""
-cwd=$1 t=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} tcs=${9:-}
+cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-}
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
 # A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
@@ -101,14 +101,18 @@ mkfifo "$d/out" || { status error=mkfifo; rm -rf "$d"; exit 125; }
 cat "$d/out" &
 reader=$!
 dog=
-if [ -n "$t" ] && [ -n "$deadline" ]; then  # same kernel as the host: the exec's start counts too
-  now_cs; left=$((deadline - now)); [ "$left" -ge 1 ] || left=1; [ "$left" -le "$tcs" ] || left=$tcs
-  t=$((left / 100)).$(printf '%02d' $((left % 100)))
-fi
-if [ -n "$t" ]; then  # forked before the command, so a fork bomb cannot keep it from starting
-  setsid sh -c 'sleep "$1"; : >"$2/expired"; until read -r p <"$2/pid"; do sleep 0.01; done 2>/dev/null
+if [ -n "$tcs" ]; then  # the watchdog's end, in centiseconds of /proc/uptime
+  now_cs; left=$tcs
+  if [ -n "$deadline" ]; then  # same kernel as the host: the exec's start counts too
+    left=$((deadline - now)); [ "$left" -ge 1 ] || left=1; [ "$left" -le "$tcs" ] || left=$tcs
+  fi
+  # forked before the command, so a fork bomb cannot keep it from starting; it naps until the end
+  # (a `pkill sleep` from the command only wakes it early), then kills the command's session
+  setsid sh -c 'up() { read -r u _ </proc/uptime; now=${u%%.*}${u##*.}; }
+    up; while [ "$now" -lt "$1" ]; do r=$(($1 - now)); sleep $((r / 100)).$(printf %02d $((r % 100))); up; done
+    : >"$2/expired"; until read -r p <"$2/pid"; do sleep 0.01; done 2>/dev/null
     kill -KILL -"$p" 2>/dev/null; kill -KILL "$p"' \
-    swe-sandbox-watchdog "$t" "$d" </dev/null >/dev/null 2>&1 &
+    swe-sandbox-watchdog "$((now + left))" "$d" </dev/null >/dev/null 2>&1 &
   dog=$!
 fi
 SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 &
@@ -170,9 +174,9 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
     collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
-    return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, "" if timeout is None else runner._num(timeout),
-            token, drain_ticks, collect_ticks, exports, "1" if sweep_orphans else "0",
-            *([] if deadline_cs is None or timeout is None else [str(deadline_cs), str(math.ceil(timeout * 100))])]
+    timeout_ticks = "" if timeout is None else str(max(1, math.ceil(float(timeout) * 100)))
+    return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, timeout_ticks, token, drain_ticks, collect_ticks,
+            exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs)]
 
 
 def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
