@@ -80,3 +80,42 @@ def test_concurrent_callers_each_get_their_own_result(env):
     for t in threads:
         t.join()
     assert results == {i: f"{i}\n" for i in range(16)}
+
+
+def test_close_from_another_thread_ends_the_running_command(make_env):
+    """close() during a command in another thread ends it at once, not after the command."""
+    env = make_env()
+    assert env.execute({"command": "true"})["returncode"] == 0
+    outcome = {}
+
+    def call() -> None:
+        try:
+            outcome["result"] = env.execute({"command": "sleep 30; echo never"}, timeout=60)
+        except swe_sandbox.SandboxError as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    import time
+
+    time.sleep(1.0)
+    started = time.monotonic()
+    env.close()
+    took = time.monotonic() - started
+    worker.join(10)
+    assert not worker.is_alive() and took < 10, f"close() waited {took:.1f} s for the command"
+    result = outcome.get("result")
+    assert "error" in outcome or (result["returncode"] != 0 and "never" not in result["output"]), outcome
+
+
+def test_a_sandbox_started_in_a_worker_thread_outlives_the_thread(make_env):
+    """Parent-death signals fire when the forking *thread* ends: a sandbox first used from a
+    short-lived thread (a thread pool) must keep working after that thread is gone."""
+    env = make_env()
+    worker = threading.Thread(target=lambda: env.execute({"command": "true"}))
+    worker.start()
+    worker.join(60)
+    import time
+
+    time.sleep(0.5)
+    assert env.execute({"command": "echo still here"})["output"] == "still here\n"

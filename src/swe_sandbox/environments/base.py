@@ -158,6 +158,14 @@ class Channel:
                 parts.append(f"stderr: {tail}")
         return "; ".join(parts)
 
+    def interrupt(self) -> None:
+        """From another thread, during a command: end of file to the runner, which then kills the
+        running command (its result says the sandbox was closed) and everything else, and exits."""
+        try:
+            self.proc.stdin.close()
+        except (AttributeError, OSError, ValueError):
+            pass
+
     def close(self, wait: float = 2.0) -> None:
         """Ask the runner to end every process it started, then make sure it is gone."""
         try:
@@ -174,6 +182,29 @@ class Channel:
                 stream.close()
 
 
+_SPAWNER = None
+_SPAWNER_LOCK = threading.Lock()
+
+
+def in_long_lived_thread(func, *args, **kwargs):
+    """Call ``func`` in the main thread or in one thread that lives as long as the process.
+
+    A parent-death signal (bwrap's ``--die-with-parent``, ``PR_SET_PDEATHSIG``) fires when the
+    *thread* that forked the child ends, so a sandbox started from a short-lived worker thread
+    (a thread pool running rollouts) would be killed when that thread exits (prctl(2)).
+    """
+    global _SPAWNER
+    if threading.current_thread() is threading.main_thread():
+        return func(*args, **kwargs)
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            _SPAWNER = ThreadPoolExecutor(1, thread_name_prefix="swe-sandbox-spawner")
+        future = _SPAWNER.submit(func, *args, **kwargs)
+    return future.result()
+
+
 def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None) -> Channel:
     """Start ``argv`` (ending in ``python3 -c BOOTSTRAP``) as a child process and hand it the runner.
 
@@ -182,8 +213,8 @@ def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None) -
     """
     stderr_file = tempfile.TemporaryFile()
     try:
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
+        proc = in_long_lived_thread(
+            subprocess.Popen, argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr_file,
             env=env, cwd=cwd, start_new_session=True, close_fds=True,
         )
     except OSError as exc:
@@ -317,15 +348,35 @@ class Environment:
         return reply
 
     def close(self) -> None:
-        """End every process started in the sandbox and remove it. Idempotent."""
-        with self._lock:
+        """End every process started in the sandbox and remove it. Idempotent.
+
+        Called from another thread while a command runs, it ends that command at once (the
+        ``execute`` in the other thread returns a "closed during the command" result or raises
+        ``SandboxDied``) instead of waiting for it.
+        """
+        if not self._lock.acquire(blocking=False):
+            self._interrupt()
+            self._lock.acquire()
+        try:
             self._closed = True
-            channel, self._channel = self._channel, None
-            try:
-                if channel is not None:
-                    channel.close()
-            finally:
-                self._stop()
+            self._close()
+        finally:
+            self._lock.release()
+
+    def _interrupt(self) -> None:
+        """End the running command from another thread (``close`` then takes over)."""
+        channel = self._channel
+        if channel is not None:
+            channel.interrupt()
+
+    def _close(self) -> None:
+        """``close`` under the lock: the channel, then the backend's own cleanup."""
+        channel, self._channel = self._channel, None
+        try:
+            if channel is not None:
+                channel.close()
+        finally:
+            self._stop()
 
     def __enter__(self):
         return self

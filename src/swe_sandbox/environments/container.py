@@ -359,18 +359,19 @@ class ContainerEnvironment(Environment):
                                         f"limit ({self.config.memory}) was reached")
             result["extra"]["oom_killed"] = True
 
-    def close(self) -> None:
-        """Remove the container at once (its processes die with it), then reap the attach. Idempotent."""
-        with self._lock:
-            self._closed = True
-            channel, self._channel = self._channel, None
-            tether, self._tether = self._tether, None
-            try:
-                self._stop()
-            finally:
-                for ch in (channel, tether):
-                    if ch is not None:
-                        ch.close(wait=0.05)  # the container is gone: no need to wait for the CLI to notice
+    def _interrupt(self) -> None:
+        self._stop()  # the running command dies with its container
+
+    def _close(self) -> None:
+        """Remove the container at once (its processes die with it), then reap the attach."""
+        channel, self._channel = self._channel, None
+        tether, self._tether = self._tether, None
+        try:
+            self._stop()
+        finally:
+            for ch in (channel, tether):
+                if ch is not None:
+                    ch.close(wait=0.05)  # the container is gone: no need to wait for the CLI to notice
 
     def _stop(self) -> None:
         cid, self.container_id = self.container_id, None

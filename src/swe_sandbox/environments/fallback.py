@@ -159,6 +159,8 @@ class ExecHandle(Protocol):
 
     def kill(self) -> None: ...
 
+    def terminate(self) -> None: ...
+
     def poll(self) -> int | None: ...
 
 
@@ -246,6 +248,15 @@ class ExecFallbackChannel(Channel):
     def diagnose(self) -> str:
         return self._last_error
 
+    def interrupt(self) -> None:
+        """From another thread: end the running command's exec (the backend's close cleans up)."""
+        proc = self.proc
+        if proc is not None:
+            try:
+                proc.terminate()  # the reading thread then sees end of file
+            except OSError:
+                pass
+
     def close(self, wait: float = 2.0) -> None:
         self._pending.clear()
 
@@ -261,9 +272,17 @@ class ExecFallbackChannel(Channel):
         argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline)
         buf = runner.OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
         try:
-            proc = self.start_exec(argv)
+            proc = self.proc = self.start_exec(argv)
         except OSError as exc:
             raise SandboxDied(f"the sandbox is gone (cannot start a command in it: {exc})") from None
+        try:
+            return self._finish(req, proc, buf, started, timeout)
+        finally:
+            self.proc = None
+
+    def _finish(self, req: dict[str, Any], proc: ExecHandle, buf: runner.OutputBuffer, started: float,
+                timeout: float | None) -> dict[str, Any]:
+        """Feed the command in, read its output and status, and build its result."""
         stderr_chunks: list[bytes] = []
         err_thread = threading.Thread(target=_read_all, args=(proc.stderr, stderr_chunks), daemon=True)
         err_thread.start()

@@ -66,6 +66,12 @@ class SshChannel(Channel):
                 parts.append(f"{name}: {text.decode('utf-8', 'replace').strip()}")
         return "; ".join(parts)
 
+    def interrupt(self) -> None:
+        try:
+            self.chan.shutdown_write()  # the runner ends the running command, then exits
+        except Exception:  # noqa: BLE001 - close() follows anyway
+            pass
+
     def close(self, wait: float = 2.0) -> None:
         """End of file to the runner (it ends what commands left, then exits), then close."""
         try:
@@ -125,6 +131,10 @@ class RemoteProcess:
 
     def poll(self) -> int | None:
         return self.chan.exit_status if self.chan.exit_status_ready() else None
+
+    def terminate(self) -> None:
+        """Close the channel; the pump then ends and ``stdout`` reaches end of file (for a reader)."""
+        self.chan.close()
 
     def kill(self) -> None:
         self.chan.close()
