@@ -127,7 +127,18 @@ def require_backend(name: str) -> None:
     pytest.skip(f"backend {name!r} is unavailable: {reason}")
 
 
+#: Variants the agent's own tests (tests/unit) are not repeated on: the agent sees the same
+#: contract there (the conformance suite and the e2e test cover those modes).
+UNIT_SKIPS_VARIANTS = {"docker-exec", "podman-exec", "ssh-exec"}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    unit = Path(__file__).parent / "unit"
+    repeated = [item for item in items if unit in Path(str(item.fspath)).parents
+                and getattr(getattr(item, "callspec", None), "params", {}).get("env") in UNIT_SKIPS_VARIANTS]
+    if repeated:
+        config.hook.pytest_deselected(items=repeated)
+        items[:] = [item for item in items if item not in repeated]
     for item in items:
         callspec = getattr(item, "callspec", None)
         backend = callspec.params.get("env") if callspec is not None else None
