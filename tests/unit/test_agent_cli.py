@@ -208,8 +208,11 @@ def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
     out = tmp_path / "t.json"
     argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
+    # SIGINT back to its default in the child: a test run started as a background job (`cmd &`
+    # in a script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not [p for p in host_processes_with(marker) if "swe_sandbox.agent.cli" not in p]:
@@ -335,8 +338,11 @@ def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend,
     out = tmp_path / "t.json"
     argv = [sys.executable, "-m", "swe_sandbox", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
+    # SIGINT back to its default in the child: a test run started as a background job (`cmd &`
+    # in a script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:

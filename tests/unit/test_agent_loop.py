@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_in_sandbox
+from conftest import read_in_sandbox, variant_spec
 from helpers.openai_server import validate_request
 
 from swe_sandbox.agent import ActionRejected, DefaultAgent, load_run_config
@@ -70,7 +70,7 @@ def test_submission_flow(sandbox, tmp_path):
 def test_instance_template_knows_the_sandbox(sandbox, backend, tmp_path):
     agent = make_agent(DeterministicModel(outputs=[SUBMIT]), sandbox)
     agent.run("t")
-    where = str(tmp_path) if backend == "local" else "/workspace"
+    where = str(tmp_path) if variant_spec(backend)[0] in ("local", "ssh") else "/workspace"  # ssh: a remote dir
     assert f"started in `{where}`" in agent.messages[1]["content"]
     assert "killed after 30 seconds" in agent.messages[1]["content"]
     assert "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached" in agent.messages[1]["content"]

@@ -386,7 +386,10 @@ class Environment:
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         """Variables for the agent's templates: the config fields and the runner's facts."""
-        return {**self.config.model_dump(), **self.info, **kwargs}
+        values = {**self.config.model_dump(), **self.info}
+        if self.config.cwd:  # where commands run; the runner's own start directory may differ (ssh)
+            values["cwd"] = self.config.cwd
+        return {**values, **kwargs}
 
     def serialize(self) -> dict[str, Any]:
         """mini-swe-agent's shape: ``{"info": {"config": {"environment": ..., "environment_type": ...}}}``."""
