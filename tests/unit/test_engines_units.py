@@ -376,3 +376,15 @@ def test_tar_path_names_the_entry(tmp_path):
     (tmp_path / "src.txt").write_text("data")
     with tarfile.open(fileobj=tar_path(tmp_path / "src.txt", "renamed.txt", (0, 0))) as tar:
         assert tar.getnames() == ["renamed.txt"]
+
+
+@pytest.mark.parametrize(("field", "value"), [("memory", "lots"), ("memory", "10x"), ("cap_add", ["NET_RAWW"]),
+                                              ("cap_drop", ["all", "BOGUS"])])
+def test_bad_limits_are_config_errors_naming_the_field(field, value):
+    with pytest.raises(swe_sandbox.ConfigError, match=f"environment.{field}"):
+        swe_sandbox.get_environment("docker", **{field: value})
+
+
+def test_good_limits_pass_validation():
+    env = swe_sandbox.get_environment("docker", memory="512M", cap_add=["cap_net_raw", "KILL"], cap_drop=["ALL"])
+    assert env.config.memory == "512M"

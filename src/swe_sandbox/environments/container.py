@@ -45,6 +45,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import socket
 import struct
 import time
@@ -53,7 +54,7 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments.archive import extract_chunks, tar_directory, tar_path
@@ -82,6 +83,13 @@ from swe_sandbox.runner import BOOTSTRAP
 #: SETFCAP, SETPCAP, FSETID, NET_BIND_SERVICE, AUDIT_WRITE (Docker's defaults), and of course
 #: SYS_ADMIN, SYS_PTRACE, NET_ADMIN. With ``no-new-privileges`` no setuid binary can regain any.
 DEFAULT_CAP_ADD = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "KILL", "SETGID", "SETUID"]
+#: Linux capability names (capabilities(7)), without the CAP_ prefix.
+KNOWN_CAPS = frozenset(
+    "AUDIT_CONTROL AUDIT_READ AUDIT_WRITE BLOCK_SUSPEND BPF CHECKPOINT_RESTORE CHOWN DAC_OVERRIDE "
+    "DAC_READ_SEARCH FOWNER FSETID IPC_LOCK IPC_OWNER KILL LEASE LINUX_IMMUTABLE MAC_ADMIN MAC_OVERRIDE "
+    "MKNOD NET_ADMIN NET_BIND_SERVICE NET_BROADCAST NET_RAW PERFMON SETFCAP SETGID SETPCAP SETUID "
+    "SYS_ADMIN SYS_BOOT SYS_CHROOT SYS_MODULE SYS_NICE SYS_PACCT SYS_PTRACE SYS_RAWIO SYS_RESOURCE "
+    "SYS_TIME SYS_TTY_CONFIG SYSLOG WAKE_ALARM".split())
 
 #: tmpfs mounts a read-only root gets (the runner and the exec fallback need a writable /tmp).
 READ_ONLY_TMPFS = {"/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777",
@@ -176,6 +184,22 @@ class ContainerConfig(EnvironmentConfig):
     """Identifier put in the container's name and labels; empty: a random one."""
     create_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments for the SDK's ``containers.create`` (engine-specific, unchecked)."""
+
+    @field_validator("memory")
+    @classmethod
+    def _memory_size(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9]+(\.[0-9]+)?[bkmg]?", value.strip().lower()):
+            raise ValueError(f"{value!r} is not a size: a number with an optional unit b, k, m or g (e.g. 512m, 4g)")
+        return value
+
+    @field_validator("cap_add", "cap_drop")
+    @classmethod
+    def _capability_names(cls, value: list[str]) -> list[str]:
+        bad = [c for c in value if not re.fullmatch(r"(CAP_)?[A-Z_]+", c.upper()) or
+               (c.upper().removeprefix("CAP_") not in KNOWN_CAPS and c.upper() != "ALL")]
+        if bad:
+            raise ValueError(f"unknown capabilities {bad} (known: ALL, {', '.join(sorted(KNOWN_CAPS))})")
+        return value
 
 
 class ContainerEnvironment(Environment):
