@@ -142,8 +142,9 @@ class ContainerConfig(EnvironmentConfig):
     mount_point: str = "/workspace"
     """The container's working directory, where ``workspace`` lands."""
     runner: Literal["auto", "python", "exec"] = "auto"
-    """``python``: the runner over one exec; ``exec``: the one-exec-per-command fallback;
-    ``auto``: the runner if the image has ``python`` (>= 3.6), else the fallback."""
+    """``python``: the runner as the container's main process, attached (one round trip per
+    command); ``exec``: the one-exec-per-command fallback; ``auto``: the runner if the image has
+    ``python`` (>= 3.6), else the fallback."""
     python: str = "python3"
     """Interpreter inside the image that runs the runner."""
     network: str = "none"
