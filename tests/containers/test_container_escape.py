@@ -152,8 +152,8 @@ def test_non_root_user_has_no_capabilities(fresh, tmp_path):
     env = fresh(user="65534:65534", workspace=str(tmp_path))
     status = _status(env)
     assert int(status["CapEff"], 16) == 0 and status["NoNewPrivs"] == "1"
-    result = run(env, "id -u; stat -c %u f.txt; echo more >> f.txt && echo writable")
-    assert result["output"] == "65534\n65534\nwritable\n", result
+    result = run(env, "id -u; stat -c %u f.txt; echo more >> f.txt && echo writable; touch new && echo created")
+    assert result["output"] == "65534\n65534\nwritable\ncreated\n", result
 
 
 def test_read_only_root_keeps_workspace_and_tmp_writable(fresh, tmp_path):

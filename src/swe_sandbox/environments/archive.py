@@ -11,6 +11,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
@@ -29,6 +30,18 @@ def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for child in sorted(src.iterdir()):
             tar.add(str(child), arcname=child.name, filter=lambda i: _retag(i, owner))
+    spool.seek(0)
+    return spool
+
+
+def tar_empty_dir(name: str, owner: tuple[int, int]) -> io.BufferedIOBase:
+    """A tar holding one directory entry ``name`` (mode 755) owned by ``owner``: extracted over an
+    existing directory, it hands that directory to ``owner``."""
+    spool = tempfile.SpooledTemporaryFile(1 << 16)
+    with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(name)
+        info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+        tar.addfile(_retag(info, owner))
     spool.seek(0)
     return spool
 

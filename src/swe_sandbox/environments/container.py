@@ -57,7 +57,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.archive import extract_chunks, tar_directory, tar_path
+from swe_sandbox.environments.archive import extract_chunks, tar_directory, tar_empty_dir, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.environments.engine import (
     LABEL_BACKEND,
@@ -161,8 +161,9 @@ class ContainerConfig(EnvironmentConfig):
     cpus: float | None = Field(2.0, gt=0)
     """CPU limit in cores. None: unlimited."""
     user: str = ""
-    """``uid[:gid]`` or a user name of the image; empty: the image's user (root for ours). Files
-    copied in (``workspace``, ``upload``) belong to a numeric ``uid[:gid]``, else to root."""
+    """``uid[:gid]`` or a user name of the image; empty: the image's user (root for ours). The
+    workspace directory and files copied in (``workspace``, ``upload``) belong to a numeric
+    ``uid[:gid]`` (docker with ``read_only``: the directory stays root's), else to root."""
     read_only: bool = False
     """Read-only root filesystem; the workspace, /tmp, /var/tmp and /run stay writable."""
     tmpfs: dict[str, str] = Field(default_factory=dict)
@@ -185,6 +186,11 @@ class ContainerConfig(EnvironmentConfig):
     """Identifier put in the container's name and labels; empty: a random one."""
     create_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments for the SDK's ``containers.create`` (engine-specific, unchecked)."""
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value  # -c user=1000
 
     @field_validator("memory")
     @classmethod
@@ -347,13 +353,15 @@ class ContainerEnvironment(Environment):
         super().start()
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
-        if self.config.workspace is not None:
-            try:
+        try:
+            if self._owner() != (0, 0):  # the engine made the working directory root's
+                self._hand_over_workspace()
+            if self.config.workspace is not None:
                 self.engine.put_archive(self.container_id, self.config.mount_point,
                                         tar_directory(Path(self.config.workspace), self._owner()))
-            except Exception as exc:  # noqa: BLE001
-                self.close()
-                raise SandboxStartError(f"{self.engine.name}: cannot copy the workspace in: {error_line(exc)}") from None
+        except Exception as exc:  # noqa: BLE001
+            self.close()
+            raise SandboxStartError(f"{self.engine.name}: cannot set up the workspace: {error_line(exc)}") from None
 
     def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         try:
@@ -425,8 +433,18 @@ class ContainerEnvironment(Environment):
         p = PurePosixPath(path)
         return p if p.is_absolute() else PurePosixPath(self.config.mount_point) / p
 
+    def _hand_over_workspace(self) -> None:
+        """Give ``mount_point`` to the non-root ``user``: its entry extracted into its parent (Docker
+        ignores a ``.`` entry's owner); under a read-only root, the ``.`` entry (Podman honours it;
+        Docker's read-only workspace then stays root's, see the README's known limits)."""
+        mount = PurePosixPath(self.config.mount_point)
+        try:
+            self.engine.put_archive(self.container_id, str(mount.parent), tar_empty_dir(mount.name, self._owner()))
+        except Exception:  # noqa: BLE001 - a read-only root
+            self.engine.put_archive(self.container_id, str(mount), tar_empty_dir(".", self._owner()))
+
     def _owner(self) -> tuple[int, int]:
-        """uid and gid for files copied in (numeric ``user``; root otherwise)."""
+        """uid and gid owning the workspace and files copied in: a numeric ``user``, else root."""
         uid, _, gid = self.config.user.partition(":")
         if uid.isdigit():
             return int(uid), int(gid) if gid.isdigit() else int(uid)
