@@ -134,7 +134,10 @@ class RemoteProcess:
 
     def terminate(self) -> None:
         """Close the channel; the pump then ends and ``stdout`` reaches end of file (for a reader)."""
-        self.chan.close()
+        try:
+            self.chan.close()
+        except Exception:  # noqa: BLE001 - the transport is already gone (EOFError): so is the channel
+            pass
 
     def kill(self) -> None:
         self.chan.close()
