@@ -277,6 +277,29 @@ def host_processes_with(marker: str) -> list[str]:
     return found
 
 
+def start_cli_until_running(argv: list[str], marker: str, within: float = 60.0) -> Any:
+    """Start ``swe-sandbox`` (``argv``) and return its ``Popen`` once a sandbox process whose command
+    line holds ``marker`` runs (the CLI's own argv, which holds it too, does not count).
+
+    SIGINT is reset to its default in the child: a test run started as a background job (``cmd &``
+    in a script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
+    """
+    import signal
+    import subprocess
+
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + within
+    while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:
+        if time.monotonic() >= deadline or proc.poll() is not None:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the command never started (exit {proc.returncode}): {out}{err}")
+        time.sleep(0.05)
+    return proc
+
+
 def wait_host_gone(marker: str, grace: float = 1.0) -> list[str]:
     """Host processes with ``marker`` still alive after ``grace`` seconds (SIGKILL is asynchronous)."""
     deadline = time.monotonic() + grace

@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -202,23 +201,14 @@ def test_confirm_mode_rejects_edits_and_stops_asking(monkeypatch, tmp_path):
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
 def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
-    from conftest import host_processes_with, unique_marker, wait_host_gone
+    from conftest import start_cli_until_running, unique_marker, wait_host_gone
 
     marker = unique_marker()
     out = tmp_path / "t.json"
     argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
-    # SIGINT back to its default in the child: a test run started as a background job (`cmd &`
-    # in a script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_cli_until_running(argv, marker)
     try:
-        deadline = time.monotonic() + 60
-        while not [p for p in host_processes_with(marker) if "swe_sandbox.agent.cli" not in p]:
-            assert time.monotonic() < deadline, "the command never started"
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=30)
     finally:
@@ -332,23 +322,14 @@ def test_demo_with_an_unknown_env_says_only_that():
 # -- SIGTERM / SIGHUP ---------------------------------------------------------------------------
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend, tmp_path, signum):
-    from conftest import host_processes_with, unique_marker, wait_host_gone
+    from conftest import start_cli_until_running, unique_marker, wait_host_gone
 
     marker = unique_marker()
     out = tmp_path / "t.json"
     argv = [sys.executable, "-m", "swe_sandbox", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
-    # SIGINT back to its default in the child: a test run started as a background job (`cmd &`
-    # in a script) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    proc = start_cli_until_running(argv, marker)
     try:
-        deadline = time.monotonic() + 60
-        while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:
-            assert time.monotonic() < deadline, "the command never started"
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         proc.send_signal(signum)
         stdout, stderr = proc.communicate(timeout=30)
     finally:

@@ -462,20 +462,13 @@ def _bwrap_workspaces_of(parent_pid: int) -> list[str]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_exec_termination_signals_close_the_sandbox(signum):
     """SIGTERM / SIGHUP end exec like Ctrl-C: the command's processes and the temporary workspace go."""
-    import time
-
-    from conftest import host_processes_with, unique_marker, wait_host_gone
+    from conftest import start_cli_until_running, unique_marker, wait_host_gone
 
     require_bwrap()
     marker = unique_marker()
-    proc = subprocess.Popen([sys.executable, "-m", "swe_sandbox", "exec", "--env", "bwrap", "--", f"sleep {marker}"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli_until_running([sys.executable, "-m", "swe_sandbox", "exec", "--env", "bwrap", "--",
+                                    f"sleep {marker}"], marker)
     try:
-        deadline = time.monotonic() + 60
-        while not [p for p in host_processes_with(marker) if "swe_sandbox" not in p]:
-            assert time.monotonic() < deadline, "the command never started"
-            assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
         workspaces = _bwrap_workspaces_of(proc.pid)
         assert workspaces and all(os.path.isdir(w) for w in workspaces), workspaces
         proc.send_signal(signum)
