@@ -136,6 +136,30 @@ def test_fallback_background_job_does_not_hold_the_call(host_fallback):
     subprocess.run(["pkill", "-f", marker])
 
 
+SLOW_DISCARD_CAT = """#!/bin/sh
+# the discarding reader (a FIFO in, /dev/null out) starting slowly, fd 3 on something else meanwhile
+if [ -p "$1" ] && [ /dev/stdout -ef /dev/null ]; then exec 3</etc/hostname; sleep 0.5; exec 3<&-; fi
+exec /bin/cat "$@"
+"""
+
+
+def test_fallback_keeps_a_flooding_job_alive_while_the_discarding_reader_starts(host_fallback, tmp_path):
+    """The first reader goes only once the discarding reader holds the FIFO, not merely some fd 3:
+    while the dynamic loader runs, that fd is libc (CI once saw a ``yes &`` die of SIGPIPE there).
+    A slow ``cat`` with fd 3 on another file makes the race certain."""
+    (tmp_path / "cat").write_text(SLOW_DISCARD_CAT)
+    (tmp_path / "cat").chmod(0o755)
+    marker = f"8{os.getpid()}{time.monotonic_ns() % 10**6}"
+    try:
+        host_fallback.config.env = {"PATH": f"{tmp_path}:{SANDBOX_PATH}"}
+        result = run(host_fallback, f"echo go; yes {marker} &")
+        assert result["output"].startswith("go\n"), result
+        time.sleep(0.3)
+        assert subprocess.run(["pgrep", "-f", f"yes {marker}"]).returncode == 0, "the flooding job should run on"
+    finally:
+        subprocess.run(["pkill", "-f", f"yes {marker}"])
+
+
 def test_fallback_output_cap_uses_the_runners_buffer(host_fallback):
     host_fallback.config.max_output_bytes = 1024
     result = run(host_fallback, "yes abcdefgh | head -c 100000")

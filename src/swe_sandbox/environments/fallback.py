@@ -134,10 +134,11 @@ while alive "$reader" && now_cs && [ "$now" -lt "$until_cs" ]; do sleep 0.01; do
 if alive "$reader"; then
   # Background jobs still hold the pipe: a detached reader discards what they write from now on.
   # It must have the FIFO open (its fd 3) before the first reader goes, or a writer would get EPIPE.
+  # `-ef`, not `-e`: while the dynamic loader and setlocale run, fd 3 is libc or a locale file.
   setsid cat "$d/out" </dev/null >/dev/null 2>&1 &
   discard=$!
   now_cs; until_cs=$((now + 200))
-  while [ ! -e "/proc/$discard/fd/3" ] && alive "$discard" && now_cs && [ "$now" -lt "$until_cs" ]; do
+  while ! [ "/proc/$discard/fd/3" -ef "$d/out" ] && alive "$discard" && now_cs && [ "$now" -lt "$until_cs" ]; do
     sleep 0.01
   done
   kill -KILL "$reader" 2>/dev/null
