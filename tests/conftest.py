@@ -62,7 +62,11 @@ KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
         "test_commands_cannot_write_into_the_runner_channel":
             "no isolation: a command runs as the calling user, who may open the runner's pipes",
     },
-    "bwrap": {},
+    "bwrap": {
+        "test_absolute_paths_outside_the_working_directory":
+            "only the workspace mount is shared with the host; the rest of the sandbox is read-only binds and "
+            "private tmpfs, so upload/download reach paths under mount_point only (ValueError elsewhere)",
+    },
     "docker-exec": dict(_EXEC_FALLBACK),
     "podman-exec": dict(_EXEC_FALLBACK),
     "ssh": {  # the test sshd logs in as the user running the tests: root in CI

@@ -145,8 +145,11 @@ def test_upload_and_download_round_trip(make, tmp_path):
     env.download("out", tmp_path / "back")
     env.download("/workspace/out/z", tmp_path / "z.txt")
     assert (tmp_path / "back" / "d" / "x").read_text() == "made\n" and (tmp_path / "z.txt").read_text() == "z"
-    with pytest.raises(swe_sandbox.SandboxError):
+    with pytest.raises(FileNotFoundError, match="/no/such/file"):
         env.download("/no/such/file", tmp_path / "nothing")
+    env.close()
+    with pytest.raises(swe_sandbox.SweSandboxError):  # a closed sandbox is not a missing file
+        env.download("out", tmp_path / "after-close")
 
 
 # -- close, owner death, gc --------------------------------------------------------------------------

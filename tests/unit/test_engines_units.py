@@ -390,10 +390,26 @@ def test_download_extracts_file_and_tree(tmp_path):
 ], ids=["dot-dot", "absolute-symlink"])
 def test_download_refuses_archives_that_leave_the_target(tmp_path, entries):
     """The archive comes from an untrusted sandbox: nothing may land outside the target."""
-    with pytest.raises((SandboxError, tarfile.TarError, OSError)):
+    with pytest.raises(SandboxError, match="download: "):
         extract_single(_tar(entries), "d", tmp_path / "out")
     assert not (tmp_path / "escape.txt").exists()
     assert Path("/etc/passwd").read_bytes() != b"overwrite"
+
+
+def test_download_keeps_symlinks_pointing_anywhere_as_symlinks(tmp_path):
+    """A venv's ``bin/python -> /usr/bin/python3`` comes back as that link (local and ssh keep it too);
+    no entry is written through a link: a file below one is refused."""
+    entries = [("d", "dir", None), ("d/py", "symlink", "/usr/bin/python3"), ("d/up", "symlink", "../../x"),
+               ("d/rel", "symlink", "f"), ("d/f", "file", b"1")]
+    extract_single(_tar(entries), "d", tmp_path / "out")
+    links = {p.name: os.readlink(p) for p in (tmp_path / "out").iterdir() if p.is_symlink()}
+    assert links == {"py": "/usr/bin/python3", "up": "../../x", "rel": "f"}
+    assert (tmp_path / "out" / "rel").read_bytes() == b"1"
+    through = [("d", "dir", None), ("d/etc", "symlink", str(tmp_path / "host")), ("d/etc/x", "file", b"x")]
+    (tmp_path / "host").mkdir()
+    with pytest.raises(SandboxError, match="twice"):
+        extract_single(_tar(through), "d", tmp_path / "out2")
+    assert list((tmp_path / "host").iterdir()) == []
 
 
 def test_tar_path_names_the_entry(tmp_path):

@@ -57,30 +57,65 @@ def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> io.BufferedIOBa
     return spool
 
 
-def _check_member(member: tarfile.TarInfo, root: str) -> None:
+def _check_member(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:
+    """The checks of ``tarfile.data_filter``, by hand, for Pythons without it (< 3.10.12 / 3.11.4)."""
     target = os.path.realpath(os.path.join(root, member.name))
     if not target.startswith(os.path.realpath(root) + os.sep) and target != os.path.realpath(root):
         raise SandboxError(f"download: unsafe path in archive: {member.name!r}")
-    if member.isdev() or (member.islnk() or member.issym()) and (
+    if member.isdev() or member.islnk() and (
             os.path.isabs(member.linkname) or ".." in PurePosixPath(member.linkname).parts):
         raise SandboxError(f"download: unsafe entry in archive: {member.name!r}")
     member.mode &= 0o777
+    return member
+
+
+def _safe_members(tar: tarfile.TarFile, root: str, symlinks: list[tuple[str, str]]):
+    """The archive's members minus its symlinks (collected in ``symlinks``), each checked."""
+    for member in tar:
+        if member.issym():
+            symlinks.append((member.name, member.linkname))
+            continue
+        if not hasattr(tarfile, "data_filter"):
+            yield _check_member(member, root)
+            continue
+        try:
+            yield tarfile.data_filter(member, root)
+        except tarfile.FilterError as exc:
+            raise SandboxError(f"download: unsafe entry in archive: {member.name!r} ({exc})") from None
+
+
+def _add_symlinks(root: str, symlinks: list[tuple[str, str]]) -> None:
+    """Create the archive's symlinks last, as they are (like a local copy keeps ``/usr/bin/python``)."""
+    base = os.path.realpath(root)
+    for name, target in symlinks:
+        path = os.path.join(base, os.path.normpath(name).lstrip("/"))
+        parent = os.path.realpath(os.path.dirname(path))
+        if not (parent + os.sep).startswith(base + os.sep) or name.startswith("/") or ".." in name.split("/"):
+            raise SandboxError(f"download: unsafe path in archive: {name!r}")
+        if os.path.lexists(path):
+            raise SandboxError(f"download: the archive holds {name!r} twice (a symlink and a file)")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.symlink(target, path)
 
 
 def extract_single(fileobj, name: str, dst: Path) -> None:
     """Extract the tree ``name`` of a tar (as the archive API returns it) to the host path ``dst``.
 
-    Entries are checked like ``tarfile``'s ``data`` filter: nothing outside ``dst``, no device
-    files, no links pointing out, no setuid bits (the archive comes from an untrusted sandbox).
+    The archive comes from an untrusted sandbox. Entries are checked with ``tarfile``'s ``data``
+    filter (nothing outside ``dst``, no device files, no hard links out, no setuid bits), and
+    symlinks are only created once everything else is written, so no entry is ever written
+    through one; they are kept as they are, pointing anywhere, as ``local`` and ``ssh`` keep them.
+
+    Raises:
+        SandboxError: an unsafe entry, or ``name`` is not in the archive.
     """
     with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
+        symlinks: list[tuple[str, str]] = []
         with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(tmp, filter="data")
-            else:  # Python < 3.10.12 / 3.11.4: the same checks, by hand
-                for member in tar:
-                    _check_member(member, tmp)
-                    tar.extract(member, tmp, set_attrs=False)
+            checked = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
+            for member in _safe_members(tar, tmp, symlinks):  # a directory's mode could lock out its files
+                tar.extract(member, tmp, set_attrs=not member.isdir(), **checked)
+        _add_symlinks(tmp, symlinks)
         got = Path(tmp) / name
         if not got.exists() and not got.is_symlink():
             raise SandboxError(f"download: the archive holds no {name!r}")

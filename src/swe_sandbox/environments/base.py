@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 import selectors
 import shutil
 import struct
@@ -396,19 +397,72 @@ class Environment:
         kind = f"{type(self).__module__}.{type(self).__name__}"
         return {"info": {"config": {"environment": self.config.model_dump(mode="json"), "environment_type": kind}}}
 
+    # -- files -----------------------------------------------------------------------------------
     def upload(self, src: str | os.PathLike, dst: str) -> None:
-        """Copy a host file or directory ``src`` to ``dst`` inside the sandbox."""
-        raise NotImplementedError(f"{type(self).__name__} has no upload")
+        """Copy the host file or directory ``src`` to ``dst`` inside the sandbox.
+
+        Args:
+            src: a host path; a directory is copied as a tree (bytes, exec bits, empty
+                directories, symlinks as links wherever they point).
+            dst: the sandbox path it becomes; relative: to the directory commands start in
+                (``config.cwd``, else the sandbox's default). Missing parents are created, an
+                existing directory is merged into.
+
+        Raises:
+            FileNotFoundError: ``src`` does not exist (nothing is created).
+            ValueError: the backend cannot reach ``dst`` (bwrap: outside the workspace mount).
+            SandboxError: the sandbox refused the copy.
+        """
+        source = Path(src)
+        if not os.path.lexists(source):
+            raise FileNotFoundError(2, "upload: no such file or directory", str(source))
+        self._upload(source, self.sandbox_path(dst))
 
     def download(self, src: str, dst: str | os.PathLike) -> None:
-        """Copy a file or directory ``src`` inside the sandbox to ``dst`` on the host."""
+        """Copy the file or directory ``src`` inside the sandbox to ``dst`` on the host.
+
+        Args:
+            src: a sandbox path; relative: as for ``upload``.
+            dst: the host path it becomes (missing parents created, an existing directory is
+                merged into); a file onto an existing host directory lands inside it.
+
+        Raises:
+            FileNotFoundError: ``src`` does not exist in the sandbox (nothing is created on the host).
+            ValueError: the backend cannot reach ``src`` (bwrap: outside the workspace mount).
+            SandboxError: the sandbox refused the copy, or its archive was unsafe.
+        """
+        self._download(self.sandbox_path(src), Path(dst))
+
+    def sandbox_path(self, path: str | os.PathLike) -> str:
+        """``path`` made absolute as commands see it: relative to ``config.cwd``, else to where the
+        sandbox starts commands (the ``cwd`` its runner reported); starts the sandbox."""
+        path = os.fspath(path)
+        self.start()
+        base = posixpath.join(str(self.info.get("cwd") or "/"), self.config.cwd or "")
+        return posixpath.normpath(posixpath.join(base, path))
+
+    def _upload(self, src: Path, dst: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no upload")
+
+    def _download(self, src: str, dst: Path) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no download")
 
 
 def copy_path(src: Path, dst: Path) -> None:
-    """Copy a file or a directory tree (symlinks kept, existing directories merged)."""
-    if src.is_dir():
+    """Copy a file or a directory tree (symlinks kept as links, existing directories merged; a file
+    onto an existing directory lands inside it).
+
+    Raises:
+        FileNotFoundError: ``src`` does not exist (``dst`` is left alone).
+    """
+    if not os.path.lexists(src):
+        raise FileNotFoundError(2, "no such file or directory", str(src))
+    if src.is_dir() and not src.is_symlink():
         shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-    else:
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.is_dir() and not dst.is_symlink():
+        dst = dst / src.name
+    if src.is_symlink() and os.path.lexists(dst):
+        dst.unlink()  # a link replaces what was there, as a file's bytes would
+    shutil.copy2(src, dst, follow_symlinks=False)

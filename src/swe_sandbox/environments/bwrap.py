@@ -167,9 +167,9 @@ class BwrapEnvironment(Environment):
             raise ValueError(f"{path}: resolves outside {self.config.mount_point} (a symlink?)")
         return host
 
-    def upload(self, src, dst: str) -> None:
+    def _upload(self, src: Path, dst: str) -> None:
         """Copy host ``src`` to ``dst`` under the workspace mount; never writes through a symlink."""
-        src, inside = Path(src), Path(self.config.mount_point) / dst
+        inside = Path(dst)
         if not src.is_dir():
             copy_path(src, self._host_path(str(inside)))
             return
@@ -185,9 +185,9 @@ class BwrapEnvironment(Environment):
                 else:
                     copy_path(source, target)
 
-    def download(self, src: str, dst) -> None:
+    def _download(self, src: str, dst: Path) -> None:
         """Copy ``src`` under the workspace mount to host ``dst`` (symlinks inside are copied as links)."""
-        copy_path(self._host_path(src), Path(dst))
+        copy_path(self._host_path(src), dst)
 
 
 def strip_setid_bits(root: Path) -> None:

@@ -429,10 +429,6 @@ class ContainerEnvironment(Environment):
             return f"its state is unknown: {error_line(exc)}"
 
     # -- files ----------------------------------------------------------------------------------
-    def _inside(self, path: str) -> PurePosixPath:
-        p = PurePosixPath(path)
-        return p if p.is_absolute() else PurePosixPath(self.config.mount_point) / p
-
     def _hand_over_workspace(self) -> None:
         """Give ``mount_point`` to the non-root ``user``: its entry extracted into its parent (Docker
         ignores a ``.`` entry's owner); under a read-only root, the ``.`` entry (Podman honours it;
@@ -450,33 +446,32 @@ class ContainerEnvironment(Environment):
             return int(uid), int(gid) if gid.isdigit() else int(uid)
         return 0, 0
 
-    def upload(self, src, dst: str) -> None:
-        """Copy a host file or directory ``src`` to ``dst`` in the container (relative: under the workspace)."""
-        self.start()
-        cid = self.container_id
-        target = self._inside(dst)
-        data = tar_path(Path(src), target.name, self._owner())
+    def _upload(self, src: Path, dst: str) -> None:
+        """Copy ``src`` into the container through the engine's archive API (owned by ``user``)."""
+        cid, target = self.container_id, PurePosixPath(dst)
         try:
             try:
-                self.engine.put_archive(cid, str(target.parent), data)
+                self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
             except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
                 if not self.engine.is_not_found(exc):
                     raise
                 # The parent is missing: send the whole path from the root.
-                self.engine.put_archive(cid, "/", tar_path(Path(src), str(target).lstrip("/"), self._owner()))
+                self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
-    def download(self, src: str, dst) -> None:
-        """Copy a file or directory ``src`` of the container to ``dst`` on the host."""
-        self.start()
-        cid = self.container_id
-        source = self._inside(src)
+    def _download(self, src: str, dst: Path) -> None:
+        """Copy ``src`` out of the container through the archive API (the archive is checked)."""
         try:
-            chunks = self.engine.get_archive(cid, str(source))
+            chunks = self.engine.get_archive(self.container_id, src)
         except Exception as exc:  # noqa: BLE001
-            raise SandboxError(f"download of {source}: {error_line(exc)}") from None
-        extract_chunks(chunks, source.name, Path(dst))
+            if not self.engine.is_not_found(exc):
+                raise SandboxError(f"download of {src}: {error_line(exc)}") from None
+            state = self.describe_state()
+            if state != describe({"State": {"Running": True}}):
+                raise SandboxDied(f"the sandbox is gone ({state})") from None
+            raise FileNotFoundError(2, "download: no such file or directory in the sandbox", src) from None
+        extract_chunks(chunks, PurePosixPath(src).name, dst)
 
 
 # -- helpers ---------------------------------------------------------------------------------------

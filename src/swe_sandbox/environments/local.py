@@ -45,9 +45,9 @@ class LocalEnvironment(Environment):
         if run_id:
             kill_tree(marker=f"\0{RUN_TOKEN_VAR}={run_id}\0".encode(), budget=1.0)
 
-    def upload(self, src, dst) -> None:
-        copy_path(Path(src), Path(dst))
+    def _upload(self, src: Path, dst: str) -> None:
+        copy_path(src, Path(dst))
 
-    def download(self, src, dst) -> None:
-        copy_path(Path(src), Path(dst))
+    def _download(self, src: str, dst: Path) -> None:
+        copy_path(Path(src), dst)
 

@@ -290,7 +290,7 @@ class SshEnvironment(Environment):
         return self._sftp
 
     def _remote(self, path: str) -> str:
-        """The remote path of ``path`` as commands see it (relative: to the working directory).
+        """The remote path behind sandbox ``path`` (absolute: ``Environment.sandbox_path``).
 
         Raises:
             ValueError: with ``remote_sandbox: bwrap``, ``path`` is outside ``mount_point``.
@@ -303,10 +303,8 @@ class SshEnvironment(Environment):
             raise ValueError(f"{path}: only paths under {mount} can be copied")
         return posixpath.normpath(posixpath.join(self.workspace, rel))
 
-    def upload(self, src, dst: str) -> None:
-        """Copy the host file or directory ``src`` to ``dst`` on the remote (relative: to ``cwd``)."""
-        ssh_files.upload(self._sftp_client(), Path(src), self._remote(dst))
+    def _upload(self, src: Path, dst: str) -> None:
+        ssh_files.upload(self._sftp_client(), src, self._remote(dst))
 
-    def download(self, src: str, dst) -> None:
-        """Copy the remote file or directory ``src`` (relative: to ``cwd``) to ``dst`` on the host."""
-        ssh_files.download(self._sftp_client(), self._remote(src), Path(dst))
+    def _download(self, src: str, dst: Path) -> None:
+        ssh_files.download(self._sftp_client(), self._remote(src), dst)

@@ -29,12 +29,26 @@ def upload(sftp, src: Path, top: str) -> None:
 
 
 def download(sftp, remote: str, local: Path) -> None:
-    """Copy the remote file or directory ``remote`` to the host path ``local``."""
-    mode = sftp.lstat(remote).st_mode
+    """Copy the remote file or directory ``remote`` to the host path ``local`` (a file onto an
+    existing directory lands inside it).
+
+    Raises:
+        FileNotFoundError: ``remote`` does not exist (nothing is created).
+    """
+    try:
+        mode = sftp.lstat(remote).st_mode
+    except FileNotFoundError:
+        raise FileNotFoundError(2, "download: no such file or directory in the sandbox", remote) from None
+    if not stat.S_ISDIR(mode) and local.is_dir() and not local.is_symlink():
+        local = local / posixpath.basename(remote)
+    _download(sftp, remote, local, mode)
+
+
+def _download(sftp, remote: str, local: Path, mode: int) -> None:
     if stat.S_ISDIR(mode):
         local.mkdir(parents=True, exist_ok=True)
-        for name in sftp.listdir(remote):
-            download(sftp, posixpath.join(remote, name), local / name)
+        for entry in sftp.listdir_attr(remote):
+            _download(sftp, posixpath.join(remote, entry.filename), local / entry.filename, entry.st_mode)
         return
     local.parent.mkdir(parents=True, exist_ok=True)
     if local.is_symlink() or (stat.S_ISLNK(mode) and local.exists()):

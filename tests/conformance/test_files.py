@@ -1,0 +1,115 @@
+"""``upload`` / ``download``, the same on every backend (DESIGN.md §1 is the commands; this is files).
+
+The rules: a relative sandbox path is relative to the working directory commands start in; trees
+keep their bytes, exec bits, empty directories and symlinks (as links, wherever they point);
+missing parent directories are created on both sides; a file downloaded onto an existing host
+directory lands inside it; a missing source is ``FileNotFoundError`` either way, and leaves nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from conftest import run, unique_marker, variant_spec
+
+
+@pytest.fixture
+def files_env(make_env, backend, tmp_path):
+    """A fresh environment working on ``tmp_path/ws`` (local runs in it; others get it copied in)."""
+    workspace = tmp_path / "ws"
+    (workspace / "sub").mkdir(parents=True)
+
+    def make(**overrides):
+        if variant_spec(backend)[0] == "local":
+            return make_env(**{"cwd": str(workspace), **overrides})
+        return make_env(workspace=str(workspace), **overrides)
+
+    return make
+
+
+def _tree(root: Path) -> dict[str, object]:
+    """What a copy must keep: each entry's bytes, exec bit, link target, or just that it is a dir."""
+    found: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if path.is_symlink():
+            found[rel] = ("link", os.readlink(path))
+        elif path.is_dir():
+            found[rel] = ("dir",)
+        else:
+            found[rel] = ("file", hashlib.sha256(path.read_bytes()).hexdigest(), os.access(path, os.X_OK))
+    return found
+
+
+def _make_tree(root: Path) -> None:
+    (root / "sub" / "empty").mkdir(parents=True)
+    (root / "a ü.txt").write_bytes(b"\x00\xffbinary\nline\n")
+    (root / "sub" / "data.bin").write_bytes(os.urandom(200_000))
+    (root / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "rel").symlink_to("run.sh")
+    (root / "abs").symlink_to("/etc/hostname")  # a venv's bin/python -> /usr/bin/python3 is the same
+
+
+def test_tree_round_trip_keeps_bytes_modes_empty_dirs_and_symlinks(files_env, tmp_path):
+    src, back = tmp_path / "src", tmp_path / "back"
+    _make_tree(src)
+    environment = files_env()
+    environment.upload(src, "tree")  # relative: where commands start
+    result = run(environment, "cd tree && ./run.sh && readlink rel abs && test -d sub/empty && echo empty-dir "
+                              "&& sha256sum sub/data.bin | cut -c1-64")
+    digest = hashlib.sha256((src / "sub" / "data.bin").read_bytes()).hexdigest()
+    assert result["output"] == f"ran\nrun.sh\n/etc/hostname\nempty-dir\n{digest}\n", result
+    environment.download("tree", back)
+    assert _tree(back) == _tree(src)
+
+
+def test_single_file_into_new_directories_both_ways(files_env, tmp_path):
+    (tmp_path / "f.txt").write_bytes(b"one\n")
+    environment = files_env()
+    environment.upload(tmp_path / "f.txt", "new/nested/f.txt")
+    assert run(environment, "cat new/nested/f.txt")["output"] == "one\n"
+    environment.download("new/nested/f.txt", tmp_path / "x" / "y" / "copy.txt")
+    assert (tmp_path / "x" / "y" / "copy.txt").read_bytes() == b"one\n"
+    (tmp_path / "into").mkdir()
+    environment.download("new/nested/f.txt", tmp_path / "into")  # an existing directory: lands inside
+    assert (tmp_path / "into" / "f.txt").read_bytes() == b"one\n"
+
+
+def test_relative_paths_follow_the_configured_working_directory(files_env, tmp_path):
+    default = run(files_env(), "pwd")["output"].strip()
+    environment = files_env(cwd=f"{default}/sub")
+    (tmp_path / "f.txt").write_text("in sub\n")
+    environment.upload(tmp_path / "f.txt", "f.txt")
+    assert run(environment, "cat f.txt; pwd")["output"] == f"in sub\n{default}/sub\n"
+    assert run(environment, "cat sub/f.txt", cwd=default)["output"] == "in sub\n"
+    environment.download("f.txt", tmp_path / "back.txt")
+    assert (tmp_path / "back.txt").read_text() == "in sub\n"
+
+
+def test_missing_source_is_file_not_found_and_leaves_nothing(files_env, tmp_path):
+    environment = files_env()
+    marker = unique_marker()
+    with pytest.raises(FileNotFoundError):
+        environment.upload(tmp_path / "no-such-file", f"up-{marker}")
+    assert run(environment, f"ls up-{marker} 2>/dev/null || echo absent")["output"] == "absent\n"
+    with pytest.raises(FileNotFoundError, match=f"no-such-{marker}"):
+        environment.download(f"no-such-{marker}", tmp_path / "out" / "x")
+    assert not (tmp_path / "out").exists()
+
+
+def test_absolute_paths_outside_the_working_directory(files_env, tmp_path):
+    (tmp_path / "f.txt").write_text("abs\n")
+    environment = files_env()
+    target = f"/tmp/swe-up-{unique_marker()}"
+    try:
+        environment.upload(tmp_path / "f.txt", f"{target}/f.txt")
+        assert run(environment, f"cat {target}/f.txt", cwd="/")["output"] == "abs\n"
+        environment.download(f"{target}/f.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "abs\n"
+    finally:
+        run(environment, f"rm -rf {target}")
