@@ -156,6 +156,13 @@ def test_non_root_user_has_no_capabilities(fresh, tmp_path):
     assert result["output"] == "65534\n65534\nwritable\ncreated\n", result
 
 
+def test_non_root_uid_without_passwd_entry_has_the_same_writable_home_on_both_engines(fresh):
+    """Docker says HOME=/ for a uid its passwd lacks, Podman the working directory: both get the workspace."""
+    env = fresh(user="1000")
+    result = run(env, "echo $HOME; touch ~/x && echo home-writable")
+    assert result["output"] == "/workspace\nhome-writable\n", result
+
+
 def test_read_only_root_keeps_workspace_and_tmp_writable(fresh, tmp_path):
     (tmp_path / "in.txt").write_text("copied")
     env = fresh(read_only=True, workspace=str(tmp_path))

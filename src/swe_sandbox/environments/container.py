@@ -163,7 +163,8 @@ class ContainerConfig(EnvironmentConfig):
     user: str = ""
     """``uid[:gid]`` or a user name of the image; empty: the image's user (root for ours). The
     workspace directory and files copied in (``workspace``, ``upload``) belong to a numeric
-    ``uid[:gid]`` (docker with ``read_only``: the directory stays root's), else to root."""
+    ``uid[:gid]`` (docker with ``read_only``: the directory stays root's), else to root; a numeric
+    non-root ``uid`` also gets ``HOME`` = ``mount_point`` (unless ``env`` sets it)."""
     read_only: bool = False
     """Read-only root filesystem; the workspace, /tmp, /var/tmp and /run stay writable."""
     tmpfs: dict[str, str] = Field(default_factory=dict)
@@ -269,6 +270,12 @@ class ContainerEnvironment(Environment):
         name = self.config.user.partition(":")[0]
         return name not in ("", "0", "root")
 
+    def _home(self) -> dict[str, str]:
+        """A numeric non-root ``user`` gets the workspace (theirs) as HOME: for a uid the image's
+        passwd lacks, Docker would say ``/`` and Podman the working directory; ``env`` may override."""
+        uid = self.config.user.partition(":")[0]
+        return {"HOME": self.config.mount_point} if uid.isdigit() and uid != "0" else {}
+
     def container_spec(self) -> ContainerSpec:
         cfg = self.config
         python = "" if cfg.runner == "exec" else cfg.python
@@ -277,7 +284,7 @@ class ContainerEnvironment(Environment):
             command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, str(math.ceil(cfg.max_lifetime))],
             name=f"swe-sandbox-{self.run_id}",
             labels=self.labels(),
-            environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}),
+            environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **self._home()}),
             working_dir=cfg.mount_point,
             hostname=cfg.hostname,
             init=cfg.init,
