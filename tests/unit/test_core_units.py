@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import io
+import json
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +15,8 @@ import pytest
 from swe_sandbox import ConfigError, get_environment, runner
 from swe_sandbox.config import apply_overrides, load_environment_config
 from swe_sandbox.environments import environment_class
-from swe_sandbox.environments.base import SUBMIT_SENTINEL, find_submission
+from swe_sandbox.environments.base import SUBMIT_SENTINEL, Channel, find_submission
+from swe_sandbox.errors import ProtocolError, SandboxDied
 
 
 def test_runner_source_parses_as_python_36():
@@ -145,3 +149,59 @@ def test_override_of_an_environment_variable_keeps_the_value_as_written(raw):
     assert apply_overrides({}, [f"environment.env.FOO={raw}"], "environment") == {"env": {"FOO": raw}}
     assert apply_overrides({}, [f"environment.env.FOO={raw}"]) == {"environment": {"env": {"FOO": raw}}}
     assert get_environment("local", overrides=[f"environment.env.FOO={raw}"]).config.env == {"FOO": raw}
+
+
+# -- the frame protocol: a long output travels raw after its frame -------------------------------
+
+
+class _ScriptedChannel(Channel):
+    """A Channel whose bytes come from a list of chunks (None: nothing arrives in time)."""
+
+    def __init__(self, chunks):
+        self._buf = bytearray()
+        self.chunks = list(chunks)
+
+    def _read_some(self, timeout):
+        return self.chunks.pop(0) if self.chunks else None
+
+    def diagnose(self):
+        return ""
+
+
+def _frame_bytes(obj) -> bytes:
+    out = io.BytesIO()
+    runner.write_frame(out, obj)
+    return out.getvalue()
+
+
+def test_long_output_travels_raw_and_comes_back_whole():
+    text = "ligne é\n" * (runner.RAW_OUTPUT_MIN // 4) + "\U0001f600"
+    data = _frame_bytes({"op": "result", "output": text, "returncode": 0})
+    assert b'"output_follows"' in data and b"\\n" not in data, "the output must not be JSON-escaped"
+    chunks = [data[i:min(i + 7, 4096)] for i in range(0, 4096, 7)] + [data[4096:]] + [_frame_bytes({"op": "x"})]
+    channel = _ScriptedChannel(chunks)
+    assert channel.recv(5) == {"op": "result", "output": text, "returncode": 0}
+    assert channel.recv(5) == {"op": "x"}
+
+
+def test_short_output_stays_in_the_json_frame():
+    data = _frame_bytes({"op": "result", "output": "a\n"})
+    assert b"output_follows" not in data
+    assert _ScriptedChannel([data]).recv(5) == {"op": "result", "output": "a\n"}
+
+
+def test_a_timeout_inside_the_raw_output_loses_nothing():
+    data = _frame_bytes({"op": "result", "output": "x" * (runner.RAW_OUTPUT_MIN + 10)})
+    channel = _ScriptedChannel([data[:100], None])
+    with pytest.raises(SandboxDied, match="stopped answering"):
+        channel.recv(0.01)
+    channel.chunks = [data[100:]]
+    assert channel.recv(5)["output"] == "x" * (runner.RAW_OUTPUT_MIN + 10)
+
+
+@pytest.mark.parametrize("follows", [-1, "9", Channel.max_frame + 1])
+def test_a_bad_raw_output_length_is_a_protocol_error(follows):
+    header = json.dumps({"op": "result", "output": None, "output_follows": follows}).encode()
+    channel = _ScriptedChannel([struct.pack(">I", len(header)) + header])
+    with pytest.raises(ProtocolError, match="frame"):
+        channel.recv(5)

@@ -112,25 +112,36 @@ class Channel:
             raise SandboxDied(f"the sandbox is gone (cannot write to its runner: {exc}). {self.diagnose()}") from None
 
     def recv(self, timeout: float | None) -> dict[str, Any]:
-        """Next frame from the runner.
+        """Next frame from the runner (with its raw ``output`` put back in, see ``runner``).
 
         Raises:
             SandboxDied: end of file, or nothing within ``timeout`` seconds.
+            ProtocolError: an oversized or undecodable frame.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        size = None
-        while True:
-            if size is None and len(self._buf) >= 4:
-                (size,) = struct.unpack(">I", self._buf[:4])
-                if size > self.max_frame:
-                    raise ProtocolError(f"the runner announced a {size}-byte frame (limit {self.max_frame})")
-            if size is not None and len(self._buf) >= 4 + size:
-                frame = bytes(self._buf[4 : 4 + size])
-                del self._buf[: 4 + size]
-                try:
-                    return json.loads(frame)
-                except ValueError as exc:
-                    raise ProtocolError(f"bad frame from runner: {exc}") from None
+        self._fill(4, deadline, timeout)
+        end = 4 + self._checked(struct.unpack(">I", self._buf[:4])[0])
+        self._fill(end, deadline, timeout)
+        try:
+            frame = json.loads(bytes(self._buf[4:end]))
+        except ValueError as exc:
+            raise ProtocolError(f"bad frame from runner: {exc}") from None
+        follows = frame.pop("output_follows", None) if isinstance(frame, dict) else None
+        if follows is not None:
+            start, end = end, end + self._checked(follows)
+            self._fill(end, deadline, timeout)
+            frame["output"] = bytes(self._buf[start:end]).decode("utf-8", "replace")
+        del self._buf[:end]  # only now: a timeout above leaves the buffer as it was
+        return frame
+
+    def _checked(self, size: Any) -> int:
+        if not isinstance(size, int) or not 0 <= size <= self.max_frame:
+            raise ProtocolError(f"the runner announced a {size}-byte frame (limit {self.max_frame})")
+        return size
+
+    def _fill(self, size: int, deadline: float | None, timeout: float | None) -> None:
+        """Read from the runner until ``size`` bytes are buffered, by ``deadline`` (monotonic seconds)."""
+        while len(self._buf) < size:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 raise SandboxDied(f"the sandbox stopped answering (no reply within {timeout:g} s)")
