@@ -290,7 +290,7 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
         try:
             environment.start()
         except BackendUnavailable as exc:  # not usable with this config (e.g. no such bwrap_path)
-            row["reason"] = one_line(str(exc))
+            row["reason"] = one_line(str(exc)) or "BackendUnavailable"
             return row
         row["usable"] = True
         steps.append((True, f"start {1000 * (time.perf_counter() - t0):.0f} ms"))
@@ -315,7 +315,10 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
         median = statistics.median(times[2:])  # first two: warm-up
         steps.append((codes == {0}, f"`true` round trip {1000 * median:.1f} ms (median)"))
     except Exception as exc:
-        steps.append((False, f"{type(exc).__name__}: {one_line(str(exc))}"))
+        problem = f"{type(exc).__name__}: {one_line(str(exc))}".rstrip(": ")
+        steps.append((False, problem))
+        if not row["usable"]:  # it failed to start: that is why it is not usable
+            row["reason"] = problem
     finally:
         if environment is not None:
             try:
@@ -398,7 +401,8 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
     table.add_column("Result", no_wrap=True)
     for row, required in rows:
         name = row["backend"] + ("" if required else "\n(plugin)")
-        usable = Text("yes", style="green") if row["usable"] else Text("no: " + row.get("reason", ""), style="red")
+        why = row.get("reason") or "; ".join(text for good, text in row["steps"] if not good) or "(no reason given)"
+        usable = Text("yes", style="green") if row["usable"] else Text("no: " + why, style="red")
         if row["backend"] == "local":
             isolation = Text("NO ISOLATION: " + row["isolation"].removeprefix("none:").strip(), style="bold red")
         else:

@@ -15,6 +15,7 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+import swe_sandbox
 from swe_sandbox import cli
 from swe_sandbox.environments import environment_class
 
@@ -428,6 +429,19 @@ def test_check_with_a_bwrap_path_that_does_not_exist_is_not_usable():
     text = " ".join(result.stdout.split())
     assert "│ yes" not in result.stdout and "no: bubblewrap (/nonexistent) is not installed" in text
     assert "FAIL" in text
+
+
+def test_check_says_why_when_the_start_fails_with_an_unexpected_error(monkeypatch):
+    bwrap_class = environment_class("bwrap")
+
+    def broken_start(self):
+        raise swe_sandbox.SandboxStartError("simulated: the runner never said ready")
+
+    monkeypatch.setattr(bwrap_class, "start", broken_start)
+    result = invoke("check", "--env", "bwrap")
+    assert result.exit_code == cli.EXIT_CHECK_FAILED, result.output
+    text = " ".join(result.stdout.split())
+    assert "no: SandboxStartError: simulated: the runner never said ready" in text, text
 
 
 def test_check_config_errors_exit_2_like_exec():
