@@ -66,6 +66,9 @@ def test_tree_round_trip_keeps_bytes_modes_empty_dirs_and_symlinks(files_env, tm
     assert result["output"] == f"ran\nrun.sh\n/etc/hostname\nempty-dir\n{digest}\n", result
     environment.download("tree", back)
     assert _tree(back) == _tree(src)
+    (tmp_path / "link-to-src").symlink_to(src)
+    environment.upload(tmp_path / "link-to-src", "via-link")  # the source itself is followed
+    assert run(environment, "via-link/run.sh")["output"] == "ran\n"
 
 
 def test_single_file_into_new_directories_both_ways(files_env, tmp_path):

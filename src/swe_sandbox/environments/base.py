@@ -413,8 +413,8 @@ class Environment:
         """Copy the host file or directory ``src`` to ``dst`` inside the sandbox.
 
         Args:
-            src: a host path; a directory is copied as a tree (bytes, exec bits, empty
-                directories, symlinks as links wherever they point).
+            src: a host path (followed if it is itself a symlink); a directory is copied as a
+                tree (bytes, exec bits, empty directories, symlinks inside kept as links).
             dst: the sandbox path it becomes; relative: to the directory commands start in
                 (``config.cwd``, else the sandbox's default). Missing parents are created, an
                 existing directory is merged into.
@@ -427,6 +427,8 @@ class Environment:
         source = Path(src)
         if not os.path.lexists(source):
             raise FileNotFoundError(2, "upload: no such file or directory", str(source))
+        if source.is_symlink() and source.exists():  # `--workspace ./link-to-repo` means the repo
+            source = source.resolve()
         self._upload(source, self.sandbox_path(dst))
 
     def download(self, src: str, dst: str | os.PathLike) -> None:
