@@ -598,6 +598,26 @@ def test_timeout_kills_whole_tree(make_env, backend, case):
     assert after["output"] == "alive\n" and after["returncode"] == 0
 
 
+RESPAWN_CHAIN = ('f () {{ [ -e /tmp/stop-{m} ] && exit; setsid bash -c "$(declare -f f); f" & }}; '
+                 'echo start; f; sleep {m}')
+
+
+def test_timeout_kills_a_setsid_respawn_chain(make_env, backend):
+    """Each link starts the next in a new session and exits at once: a scan of /proc always finds
+    the chain one link ahead. (One of these, left over on a test host, held its load at ~10 for hours.)"""
+    environment = started_env(make_env)
+    marker = unique_marker()
+    try:
+        result, elapsed = timed(environment, RESPAWN_CHAIN.format(m=marker), timeout=1)
+        assert_timed_out(result, elapsed, 1)
+        time.sleep(0.5)
+        assert host_processes_with(f"stop-{marker}") == [], "the chain outlived its timeout"
+    finally:  # a chain that escaped ends at its stop file: in the sandbox, and on the host (local, ssh)
+        run(environment, f"touch /tmp/stop-{marker}", timeout=10)
+        open(f"/tmp/stop-{marker}", "w").close()
+    assert run(environment, "echo alive")["output"] == "alive\n"
+
+
 def test_timeout_spares_earlier_background_jobs(make_env):
     """A timeout kills only that command's tree: background jobs of earlier commands keep running."""
     environment = started_env(make_env)
