@@ -116,3 +116,72 @@ def test_absolute_paths_outside_the_working_directory(files_env, tmp_path):
         assert (tmp_path / "back.txt").read_text() == "abs\n"
     finally:
         run(environment, f"rm -rf {target}")
+
+
+# -- hostile sandboxes: what a command leaves behind must not steer a copy ------------------------
+
+
+def test_upload_replaces_links_the_sandbox_planted_and_never_writes_through_them(files_env, tmp_path):
+    victim, victim_dir = tmp_path / "victim.txt", tmp_path / "victim-dir"
+    victim.write_text("ORIGINAL")
+    victim_dir.mkdir()
+    (tmp_path / "payload").write_text("uploaded")
+    (tmp_path / "tree" / "sub").mkdir(parents=True)
+    (tmp_path / "tree" / "sub" / "x").write_text("x")
+    environment = files_env()
+    run(environment, f"mkdir d && ln -s {victim} d/payload && mkdir tree && ln -s {victim_dir} tree/sub")
+    environment.upload(tmp_path / "payload", "d")  # onto a directory: lands inside, where the link is
+    environment.upload(tmp_path / "tree", "tree")
+    assert victim.read_text() == "ORIGINAL" and list(victim_dir.iterdir()) == []
+    result = run(environment, "test -L d/payload || cat d/payload; echo; test -L tree/sub || cat tree/sub/x")
+    assert result["output"] == "uploaded\nx", result
+
+
+def test_a_second_download_never_writes_through_links_of_the_first(files_env, tmp_path):
+    victim, victim_dir = tmp_path / "victim.txt", tmp_path / "victim-dir"
+    victim.write_text("ORIGINAL")
+    victim_dir.mkdir()
+    environment = files_env()
+    run(environment, f"mkdir out && ln -s {victim} out/a && ln -s {victim_dir} out/d")
+    environment.download("out", tmp_path / "host-out")
+    run(environment, "rm out/a out/d && echo PWNED > out/a && mkdir out/d && echo x > out/d/dropped")
+    environment.download("out", tmp_path / "host-out")
+    assert victim.read_text() == "ORIGINAL" and list(victim_dir.iterdir()) == []
+    assert (tmp_path / "host-out" / "a").read_text() == "PWNED\n"
+    assert (tmp_path / "host-out" / "d" / "dropped").read_text() == "x\n"
+
+
+def test_download_drops_setuid_bits_and_skips_special_files(files_env, tmp_path):
+    environment = files_env()
+    result = run(environment, "mkdir t && echo data > t/f && cp /bin/true t/suid && chmod 6755 t/suid "
+                              "&& mkfifo t/fifo && echo made")
+    assert result["output"] == "made\n", result
+    environment.download("t", tmp_path / "t")
+    assert sorted(p.name for p in (tmp_path / "t").iterdir()) == ["f", "suid"]
+    assert (tmp_path / "t" / "suid").stat().st_mode & 0o7777 == 0o755
+
+
+def test_a_path_that_is_a_symlink_downloads_as_the_link(files_env, tmp_path):
+    environment = files_env()
+    run(environment, "mkdir real && echo r > real/f && ln -s real linkdir && ln -s /etc linketc "
+                     "&& ln -s /nonexistent dangling")
+    for name in ("linkdir", "linketc", "dangling"):
+        environment.download(name, tmp_path / name)
+        assert os.readlink(tmp_path / name) == {"linkdir": "real", "linketc": "/etc", "dangling": "/nonexistent"}[name]
+
+
+def test_a_file_uploaded_onto_a_directory_lands_inside_and_keeps_it(files_env, tmp_path):
+    (tmp_path / "f.txt").write_text("new")
+    environment = files_env()
+    run(environment, "mkdir -p proj/src && echo important > proj/src/main.py")
+    environment.upload(tmp_path / "f.txt", "proj")
+    environment.upload(tmp_path / "f.txt", ".")
+    result = run(environment, "cat proj/src/main.py proj/f.txt; echo; cat f.txt")
+    assert result["output"] == "important\nnew\nnew", result
+
+
+def test_a_dangling_symlink_uploads_as_the_link(files_env, tmp_path):
+    (tmp_path / "dang").symlink_to("/nonexistent/target")
+    environment = files_env()
+    environment.upload(tmp_path / "dang", "dang")
+    assert run(environment, "readlink dang")["output"] == "/nonexistent/target\n"

@@ -15,13 +15,28 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from swe_sandbox.environments import hostcopy
 from swe_sandbox.errors import SandboxError
 
 
-def _retag(info: tarfile.TarInfo, owner: tuple[int, int]) -> tarfile.TarInfo:
+def _retag(info: tarfile.TarInfo, owner: tuple[int, int]) -> tarfile.TarInfo | None:
+    if info.isdev():  # FIFOs, devices: skipped, as by every backend's copy
+        return None
     info.uid, info.gid = owner
     info.uname = info.gname = ""
     return info
+
+
+def place_symlink(target: str, name: str, dst: Path) -> None:
+    """Create the link ``dst`` -> ``target`` (inside ``dst`` when it is an existing directory)."""
+    if dst.is_dir():
+        dst = dst / name
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if os.path.lexists(dst):
+        if dst.is_dir() and not dst.is_symlink():
+            raise FileExistsError(17, "download: a directory is in the way of the link", str(dst))
+        dst.unlink()
+    os.symlink(target, dst)
 
 
 def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
@@ -48,7 +63,7 @@ def tar_empty_dir(name: str, owner: tuple[int, int]) -> io.BufferedIOBase:
 
 def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> io.BufferedIOBase:
     """A tar holding ``src`` (file or directory tree) under the name ``arcname``."""
-    if not src.exists():
+    if not os.path.lexists(src):
         raise FileNotFoundError(src)
     spool = tempfile.SpooledTemporaryFile(64 << 20)
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -74,6 +89,8 @@ def _safe_members(tar: tarfile.TarFile, root: str, symlinks: list[tuple[str, str
     for member in tar:
         if member.issym():
             symlinks.append((member.name, member.linkname))
+            continue
+        if member.isdev():  # FIFOs, devices: skipped, as by every backend's copy
             continue
         if not hasattr(tarfile, "data_filter"):
             yield _check_member(member, root)
@@ -119,13 +136,8 @@ def extract_single(fileobj, name: str, dst: Path) -> None:
         got = Path(tmp) / name
         if not got.exists() and not got.is_symlink():
             raise SandboxError(f"download: the archive holds no {name!r}")
-        if got.is_dir() and not got.is_symlink():
-            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            dst.parent.mkdir(parents=True, exist_ok=True)
-            if dst.is_dir():
-                dst = dst / name
-            shutil.copy2(got, dst, follow_symlinks=False)
+        # never through a link already at dst (an earlier download's): see hostcopy
+        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
 
 
 def extract_chunks(chunks: Iterable[bytes], name: str, dst: Path) -> None:

@@ -459,23 +459,3 @@ class Environment:
 
     def _download(self, src: str, dst: Path) -> None:
         raise NotImplementedError(f"{type(self).__name__} has no download")
-
-
-def copy_path(src: Path, dst: Path) -> None:
-    """Copy a file or a directory tree (symlinks kept as links, existing directories merged; a file
-    onto an existing directory lands inside it).
-
-    Raises:
-        FileNotFoundError: ``src`` does not exist (``dst`` is left alone).
-    """
-    if not os.path.lexists(src):
-        raise FileNotFoundError(2, "no such file or directory", str(src))
-    if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        return
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.is_dir() and not dst.is_symlink():
-        dst = dst / src.name
-    if src.is_symlink() and os.path.lexists(dst):
-        dst.unlink()  # a link replaces what was there, as a file's bytes would
-    shutil.copy2(src, dst, follow_symlinks=False)

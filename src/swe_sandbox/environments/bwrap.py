@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import posixpath
 import shutil
 import stat
 import subprocess
@@ -21,7 +22,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.base import Channel, Environment, copy_path, spawn_runner
+from swe_sandbox.environments import hostcopy
+from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.errors import BackendUnavailable, ConfigError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -150,44 +152,26 @@ class BwrapEnvironment(Environment):
         elif self.config.workspace is not None:
             strip_setid_bits(Path(self.config.workspace))
 
-    def _host_path(self, path: str) -> Path:
-        """The host path behind sandbox ``path``; symlinks and ``..`` must stay in the workspace.
+    def _workspace_rel(self, path: str) -> str:
+        """Sandbox ``path`` (absolute) as a path relative to the workspace mount.
 
         Raises:
-            ValueError: ``path`` is outside the workspace mount, or resolves outside it.
+            ValueError: ``path`` is outside the workspace mount.
         """
-        inside = Path(os.path.normpath(Path(self.config.mount_point) / path))
-        try:
-            rel = inside.relative_to(self.config.mount_point)
-        except ValueError:
-            raise ValueError(f"{path}: only paths under {self.config.mount_point} can be copied") from None
-        root = self.workspace.resolve()
-        host = (root / rel).resolve()
-        if host != root and root not in host.parents:
-            raise ValueError(f"{path}: resolves outside {self.config.mount_point} (a symlink?)")
-        return host
+        mount = self.config.mount_point
+        rel = posixpath.relpath(posixpath.normpath(path), mount)
+        if rel == ".." or rel.startswith("../"):
+            raise ValueError(f"{path}: only paths under {mount} can be copied")
+        return "" if rel == "." else rel
 
     def _upload(self, src: Path, dst: str) -> None:
-        """Copy host ``src`` to ``dst`` under the workspace mount; never writes through a symlink."""
-        inside = Path(dst)
-        if not src.is_dir():
-            copy_path(src, self._host_path(str(inside)))
-            return
-        for dirpath, dirs, files in os.walk(src):
-            here = self._host_path(str(inside / Path(dirpath).relative_to(src)))
-            here.mkdir(parents=True, exist_ok=True)
-            for name in files + [d for d in dirs if os.path.islink(os.path.join(dirpath, d))]:
-                source, target = Path(dirpath) / name, here / name
-                if target.is_symlink():
-                    target.unlink()
-                if source.is_symlink():  # kept as a link, like copy_path does
-                    os.symlink(os.readlink(source), target)
-                else:
-                    copy_path(source, target)
+        """Copy host ``src`` to ``dst`` under the workspace mount; never through a link (``hostcopy``)."""
+        hostcopy.copy(hostcopy.HOST_ROOT, hostcopy.host_rel(src, follow_last=False), self.workspace,
+                      self._workspace_rel(dst))
 
     def _download(self, src: str, dst: Path) -> None:
-        """Copy ``src`` under the workspace mount to host ``dst`` (symlinks inside are copied as links)."""
-        copy_path(self._host_path(src), dst)
+        """Copy ``src`` under the workspace mount to host ``dst``; never through a link (``hostcopy``)."""
+        hostcopy.copy(self.workspace, self._workspace_rel(src), hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
 
 
 def strip_setid_bits(root: Path) -> None:

@@ -46,6 +46,7 @@ import json
 import math
 import os
 import re
+import shlex
 import socket
 import struct
 import time
@@ -57,7 +58,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.archive import extract_chunks, tar_directory, tar_empty_dir, tar_path
+from swe_sandbox.environments.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.environments.engine import (
     LABEL_BACKEND,
@@ -453,9 +454,25 @@ class ContainerEnvironment(Environment):
             return int(uid), int(gid) if gid.isdigit() else int(uid)
         return 0, 0
 
+    def _kind(self, path: str) -> str:
+        """What ``path`` is in the container: ``dir``, ``file``, ``none`` or ``link:TARGET`` (the
+        archive API cannot say: Docker replaces a directory by a file put over it, Podman follows a
+        link it is asked for)."""
+        probe = (f'p={shlex.quote(path)}; if [ -L "$p" ]; then printf "link:"; readlink -- "$p"; '
+                 'elif [ -d "$p" ]; then echo dir; elif [ -e "$p" ]; then echo file; else echo none; fi')
+        result = self.execute({"command": probe}, cwd="/", timeout=30)
+        if result["returncode"] != 0:
+            raise SandboxError(f"cannot inspect {path} in the sandbox: {result['output'].strip()}")
+        return result["output"].removesuffix("\n")
+
     def _upload(self, src: Path, dst: str) -> None:
         """Copy ``src`` into the container through the engine's archive API (owned by ``user``)."""
         cid, target = self.container_id, PurePosixPath(dst)
+        kind, is_tree = self._kind(dst), src.is_dir() and not src.is_symlink()
+        if kind == "dir" and not is_tree:
+            target = target / src.name  # a file onto a directory lands inside it
+        elif kind == "file" and is_tree:
+            raise FileExistsError(17, "upload: a file is in the way of the directory", dst)
         try:
             try:
                 self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
@@ -469,6 +486,12 @@ class ContainerEnvironment(Environment):
 
     def _download(self, src: str, dst: Path) -> None:
         """Copy ``src`` out of the container through the archive API (the archive is checked)."""
+        kind = self._kind(src)
+        if kind == "none":
+            raise FileNotFoundError(2, "download: no such file or directory in the sandbox", src)
+        if kind.startswith("link:"):  # the link itself, as the other backends copy it
+            place_symlink(kind[len("link:"):], PurePosixPath(src).name, dst)
+            return
         try:
             chunks = self.engine.get_archive(self.container_id, src)
         except Exception as exc:  # noqa: BLE001

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 from swe_sandbox.config import EnvironmentConfig
-from swe_sandbox.environments.base import Channel, Environment, copy_path, spawn_runner
+from swe_sandbox.environments import hostcopy
+from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.runner import BOOTSTRAP, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
@@ -46,8 +47,8 @@ class LocalEnvironment(Environment):
             kill_tree(marker=f"\0{RUN_TOKEN_VAR}={run_id}\0".encode(), budget=1.0)
 
     def _upload(self, src: Path, dst: str) -> None:
-        copy_path(src, Path(dst))
+        hostcopy.copy_paths(src, dst, follow_dst=False)  # a link at dst is replaced, as in a container
 
     def _download(self, src: str, dst: Path) -> None:
-        copy_path(Path(src), dst)
+        hostcopy.copy_paths(src, dst, follow_dst=True)
 

@@ -304,7 +304,7 @@ class SshEnvironment(Environment):
         return posixpath.normpath(posixpath.join(self.workspace, rel))
 
     def _upload(self, src: Path, dst: str) -> None:
-        ssh_files.upload(self._sftp_client(), src, self._remote(dst))
+        ssh_files.upload(self._sftp_client(), src, self._remote(dst), confined=self.workspace)
 
     def _download(self, src: str, dst: Path) -> None:
         ssh_files.download(self._sftp_client(), self._remote(src), dst)

@@ -1,7 +1,13 @@
 """File transfer of the ``ssh`` backend, through SFTP on the environment's connection.
 
 Trees are copied entry by entry: directories created, regular files streamed (pipelined) with
-their permission bits, symbolic links copied as links (never followed).
+their permission bits, symbolic links copied as links, special files (FIFOs, sockets, devices)
+skipped, as every backend does. On the remote side, a link where a file or directory is to be
+written is removed first, and a link among the destination's parents is refused: a command may
+have planted it. (SFTP has no ``openat``: a sandbox swapping a name for a link in the instant
+between that check and the write is not stopped; see the README's known limits.) Downloads land
+in a fresh local directory first and reach ``dst`` through ``hostcopy`` (no link followed there,
+setuid bits dropped).
 """
 
 from __future__ import annotations
@@ -9,23 +15,43 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
+import tempfile
 from pathlib import Path
 
+from swe_sandbox.environments import hostcopy
 
-def upload(sftp, src: Path, top: str) -> None:
-    """Copy the host file or directory ``src`` to the remote path ``top`` (parents created)."""
-    if not src.is_dir():
-        make_dirs(sftp, posixpath.dirname(top))
+
+def upload(sftp, src: Path, top: str, confined: str = "/") -> None:
+    """Copy the host file or directory ``src`` to the remote path ``top`` (parents created; a file
+    onto an existing directory lands inside it).
+
+    Args:
+        confined: the directory the sandbox's commands write to (its workspace): links among the
+            parents of ``top`` are refused below it, followed elsewhere (the host's own layout).
+
+    Raises:
+        ValueError: a parent of ``top`` below ``confined`` is a symlink.
+        FileExistsError: a directory would replace an existing file.
+    """
+    make_dirs(sftp, posixpath.dirname(top), confined)
+    kind = _lkind(sftp, top)
+    if not src.is_dir() or src.is_symlink():
+        if kind == "dir":
+            top = posixpath.join(top, src.name)
         return _put(sftp, src, top)
-    make_dirs(sftp, top)
-    for root, dirs, files in os.walk(src):
-        there = posixpath.normpath(posixpath.join(top, Path(root).relative_to(src).as_posix()))
-        for name in dirs + files:
-            here, remote = Path(root, name), posixpath.join(there, name)
-            if here.is_dir() and not here.is_symlink():
-                make_dirs(sftp, remote)
-            else:
-                _put(sftp, here, remote)
+    if kind == "file":
+        raise FileExistsError(17, "upload: a file is in the way of the directory", top)
+    _put_tree(sftp, src, top)
+
+
+def _put_tree(sftp, src: Path, top: str) -> None:
+    _make_dir(sftp, top)
+    for entry in sorted(os.scandir(src), key=lambda e: e.name):
+        remote = posixpath.join(top, entry.name)
+        if entry.is_dir(follow_symlinks=False):
+            _put_tree(sftp, Path(entry.path), remote)
+        elif entry.is_file(follow_symlinks=False) or entry.is_symlink():
+            _put(sftp, Path(entry.path), remote)
 
 
 def download(sftp, remote: str, local: Path) -> None:
@@ -39,49 +65,81 @@ def download(sftp, remote: str, local: Path) -> None:
         mode = sftp.lstat(remote).st_mode
     except FileNotFoundError:
         raise FileNotFoundError(2, "download: no such file or directory in the sandbox", remote) from None
-    if not stat.S_ISDIR(mode) and local.is_dir() and not local.is_symlink():
-        local = local / posixpath.basename(remote)
-    _download(sftp, remote, local, mode)
+    with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
+        name = posixpath.basename(remote.rstrip("/")) or "root"
+        _get(sftp, remote, Path(tmp) / name, mode)
+        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(local))
 
 
-def _download(sftp, remote: str, local: Path, mode: int) -> None:
+def _get(sftp, remote: str, local: Path, mode: int) -> None:
+    """Into a fresh local directory (nothing there to follow)."""
     if stat.S_ISDIR(mode):
-        local.mkdir(parents=True, exist_ok=True)
+        local.mkdir()
         for entry in sftp.listdir_attr(remote):
-            _download(sftp, posixpath.join(remote, entry.filename), local / entry.filename, entry.st_mode)
-        return
-    local.parent.mkdir(parents=True, exist_ok=True)
-    if local.is_symlink() or (stat.S_ISLNK(mode) and local.exists()):
-        local.unlink()
-    if stat.S_ISLNK(mode):
+            _get(sftp, posixpath.join(remote, entry.filename), local / entry.filename, entry.st_mode)
+        os.chmod(local, mode & 0o777)
+    elif stat.S_ISLNK(mode):
         os.symlink(sftp.readlink(remote), local)
-    else:
+    elif stat.S_ISREG(mode):
         sftp.get(remote, str(local))
-        os.chmod(local, mode & 0o7777)
+        os.chmod(local, mode & 0o777)
+    # FIFOs, sockets, devices: skipped (reading a FIFO would block)
 
 
-def make_dirs(sftp, path: str) -> None:
-    """``mkdir -p`` over SFTP."""
+def _kind_following(sftp, path: str) -> str:
     try:
+        return "dir" if stat.S_ISDIR(sftp.stat(path).st_mode) else "file"
+    except FileNotFoundError:
+        return "none"
+
+
+def _lkind(sftp, path: str) -> str:
+    try:
+        mode = sftp.lstat(path).st_mode
+    except FileNotFoundError:
+        return "none"
+    return "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
+
+
+def make_dirs(sftp, path: str, confined: str = "/") -> None:
+    """``mkdir -p`` over SFTP, refusing to go through a symlink below ``confined``.
+
+    Raises:
+        ValueError: a component of ``path`` below ``confined`` is a symlink (or a file).
+    """
+    parts = [p for p in path.split("/") if p]
+    here = "/" if path.startswith("/") else ""
+    trusted = posixpath.normpath(confined)
+    for part in parts:
+        here = posixpath.join(here, part) if here else part
+        if here.startswith(trusted.rstrip("/") + "/"):
+            kind = _lkind(sftp, here)
+        else:
+            kind = _kind_following(sftp, here)  # the host's own layout (/tmp -> /private/tmp...)
+        if kind == "none":
+            sftp.mkdir(here)
+        elif kind != "dir":
+            raise ValueError(f"{here}: is a symlink or not a directory (copies never go through links)")
+
+
+def _make_dir(sftp, path: str) -> None:
+    """One directory of a tree being copied: a link (or file) in its place is replaced."""
+    kind = _lkind(sftp, path)
+    if kind == "link":
+        sftp.remove(path)
+    elif kind == "file":
+        raise FileExistsError(17, "upload: a file is in the way of a directory", path)
+    if kind != "dir":
         sftp.mkdir(path)
-    except OSError:
-        try:
-            is_dir = stat.S_ISDIR(sftp.stat(path).st_mode)
-        except OSError:
-            is_dir = False
-        if not is_dir:
-            if posixpath.dirname(path) == path:
-                raise
-            make_dirs(sftp, posixpath.dirname(path))
-            sftp.mkdir(path)
 
 
 def _put(sftp, local: Path, remote: str) -> None:
+    kind = _lkind(sftp, remote)
+    if kind == "dir":
+        raise FileExistsError(17, "upload: a directory is in the way", remote)
+    if kind != "none":
+        sftp.remove(remote)  # never write through a link a command planted
     if local.is_symlink():
-        try:
-            sftp.remove(remote)
-        except OSError:
-            pass
         sftp.symlink(os.readlink(local), remote)
         return
     with open(local, "rb") as src, sftp.open(remote, "wb") as dst:
