@@ -18,7 +18,6 @@ import math
 import os
 import posixpath
 import selectors
-import shutil
 import struct
 import subprocess
 import tempfile
