@@ -163,6 +163,15 @@ def test_non_root_uid_without_passwd_entry_has_the_same_writable_home_on_both_en
     assert result["output"] == "/workspace\nhome-writable\n", result
 
 
+def test_missing_upload_parents_belong_to_the_non_root_user(fresh, tmp_path):
+    """The engine would create them as root's: the user could not write next to the file it got."""
+    (tmp_path / "c.txt").write_text("c")
+    env = fresh(user="1000")
+    env.upload(tmp_path / "c.txt", "a/b/c.txt")
+    result = run(env, "stat -c %u a a/b a/b/c.txt; touch a/b/new && echo writable")
+    assert result["output"] == "1000\n1000\n1000\nwritable\n", result
+
+
 def test_read_only_root_keeps_workspace_and_tmp_writable(fresh, tmp_path):
     (tmp_path / "in.txt").write_text("copied")
     env = fresh(read_only=True, workspace=str(tmp_path))

@@ -465,6 +465,9 @@ class ContainerEnvironment(Environment):
             raise SandboxError(f"cannot inspect {path} in the sandbox: {result['output'].strip()}")
         return result["output"].removesuffix("\n")
 
+    def _make_parents(self, path: str) -> bool:
+        return self.execute({"command": f"mkdir -p -- {shlex.quote(path)}"}, cwd="/", timeout=30)["returncode"] == 0
+
     def _upload(self, src: Path, dst: str) -> None:
         """Copy ``src`` into the container through the engine's archive API (owned by ``user``)."""
         cid, target = self.container_id, PurePosixPath(dst)
@@ -479,8 +482,12 @@ class ContainerEnvironment(Environment):
             except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
                 if not self.engine.is_not_found(exc):
                     raise
-                # The parent is missing: send the whole path from the root.
-                self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
+                # The parent is missing: made by the container's user (the engine would make it
+                # root's), else sent as the whole path from the root.
+                if self._make_parents(str(target.parent)):
+                    self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
+                else:
+                    self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
         except Exception as exc:  # noqa: BLE001
             raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
