@@ -74,16 +74,7 @@ KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
             "SSH alone is not a sandbox: commands run as the SSH user, here root, whose CAP_SYS_PTRACE opens "
             "the non-dumpable runner's pipes (an unprivileged SSH user cannot)"} if os.geteuid() == 0 else {}),
     },
-    "ssh-exec": {
-        **_EXEC_FALLBACK,
-        **dict.fromkeys(
-            ["test_timeout_spares_earlier_background_jobs",
-             "test_timeout_kills_whole_tree[setsid-double-fork-clean-env]",
-             "test_timeout_kills_whole_tree[setsid-double-fork-clean-env-silent]",
-             "test_close_ends_background_processes[setsid-double-fork-clean-env]"],
-            "exec fallback on a shared host: `setsid env -i` leaves the command's session and drops its token; "
-            "with no runner to adopt it, nothing tells it from the host's other orphans, so it survives"),
-    },
+    "ssh-exec": dict(_EXEC_FALLBACK),
 }
 
 #: Default per-command timeout of the environments the fixtures create (seconds).

@@ -15,7 +15,8 @@ What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybo
   in a new session (``setsid``), stdout and stderr on ONE pipe (a FIFO: ``2>&1`` inside);
 - enforces the timeout inside the sandbox: a watchdog (``sleep T``, then SIGKILL to the command's
   session) marks the expiry in a file, and every process carrying the command's token
-  (``SWE_SANDBOX_CMD``, like the runner) is killed too, so ``setsid`` escapees and pipe holders die,
+  (``SWE_SANDBOX_CMD``, like the runner) or the command's trace file open as fd 9 (``env -i`` drops
+  the token, not the fd) is killed too, so ``setsid`` escapees and pipe holders die,
   and (in containers, ``sweep_orphans``) so is every orphan adopted by PID 1 since the command
   started whose environment was cleared (``setsid env -i ...``; processes carrying another
   command's token are spared). Not ``timeout(1)``: busybox's kills only its direct child, and
@@ -52,7 +53,7 @@ STATUS_PREFIX = "swe-sandbox-status "
 SCRIPT_NAME = "swe-sandbox-exec"
 
 FALLBACK_SCRIPT = r"""
-cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-}
+cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-}
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
 # A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
@@ -81,11 +82,14 @@ stat_of() {  # sets ppid_ and start_ (fields 4 and 22 of /proc/PID/stat); no for
   set -- ${s##*) }
   ppid_=$2 start_=${20}
 }
-sweep() {  # SIGKILL this command's tree: token holders, and (containers) orphans with a cleared environment
+sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) orphans with a cleared environment
   for round in 1 2 3; do
     for f in $(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null); do
       q=${f#/proc/}; q=${q%/environ}
       [ "$q" = "$$" ] || kill -KILL "$q" 2>/dev/null
+    done
+    for p in /proc/[0-9]*; do  # fd 9 on this command's trace file: `env -i` drops the token, not fds
+      [ "$p/fd/9" -ef "$d/trace" ] && kill -KILL "${p#/proc/}" 2>/dev/null
     done
     [ "$orphans" = 1 ] || continue
     # no token at all (env -i): an orphan adopted by PID 1 since this command started is ours;
@@ -97,7 +101,8 @@ sweep() {  # SIGKILL this command's tree: token holders, and (containers) orphan
     done
   done
 }
-mkfifo "$d/out" || { status error=mkfifo; rm -rf "$d"; exit 125; }
+mkfifo "$d/out" && : >"$d/trace" || { status error=mkfifo; rm -rf "$d"; exit 125; }
+if [ -n "$runtrace" ]; then : >>"$runtrace" 2>/dev/null || runtrace=; fi
 cat "$d/out" &
 reader=$!
 dog=
@@ -115,7 +120,7 @@ if [ -n "$tcs" ]; then  # the watchdog's end, in centiseconds of /proc/uptime
     swe-sandbox-watchdog "$((now + left))" "$d" </dev/null >/dev/null 2>&1 &
   dog=$!
 fi
-SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 &
+SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 9<"$d/trace" 8<"${runtrace:-/dev/null}" &
 pid=$!
 echo "$pid" >"$d/pid"
 stat_of "$pid" && started=$start_ || started=0
@@ -166,20 +171,27 @@ class ExecHandle(Protocol):
 
 
 def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, str],
-                  sweep_orphans: bool = False, deadline_cs: int | None = None) -> list[str]:
+                  sweep_orphans: bool = False, deadline_cs: int | None = None, run_trace: str = "") -> list[str]:
     """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
 
     ``env`` is exported by the script itself (quoted), so a transport that only takes a command
     string (ssh) can ``shlex.join`` this argv as is. ``sweep_orphans``: see ``ExecFallbackChannel``.
     ``deadline_cs``: when the timeout expires, in centiseconds of ``/proc/uptime`` (only where the
     sandbox shares the host's kernel); the watchdog then also counts the time the exec took to start.
+    ``run_trace``: a file every command of the environment gets open as its fd 8 (see
+    ``ExecFallbackChannel``'s ``trace_dir``).
     """
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
     collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
     timeout_ticks = "" if timeout is None else str(max(1, math.ceil(float(timeout) * 100)))
     return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, timeout_ticks, token, drain_ticks, collect_ticks,
-            exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs)]
+            exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs), run_trace]
+
+
+def trace_path(trace_dir: str, run_id: str) -> str:
+    """The run trace file of the fallback run ``run_id`` (see ``ExecFallbackChannel``)."""
+    return f"{trace_dir.rstrip('/')}/swe-sandbox-trace-{run_id}"
 
 
 def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
@@ -210,11 +222,14 @@ class ExecFallbackChannel(Channel):
         shared_clock: the sandbox runs on this host's kernel (a local container engine): the
             timeout is then counted from when the exec is started, not from when it got going
             inside (an exec can take a few hundred ms to start under load).
+        trace_dir: where to keep the run's trace file (``trace_path``), which every command gets
+            open as its fd 8, so a close can find what ``setsid env -i`` took out of its session
+            and token on a shared host (``ssh``); None: no such file.
     """
 
     def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
                  info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
-                 sweep_orphans: bool = False, shared_clock: bool = False):
+                 sweep_orphans: bool = False, shared_clock: bool = False, trace_dir: str | None = None):
         self.proc = None
         self.stderr_file = None
         self._buf = bytearray()
@@ -224,6 +239,7 @@ class ExecFallbackChannel(Channel):
         self.sweep_orphans = sweep_orphans
         self.shared_clock = shared_clock
         self.run_id = f"fallback-{os.getpid()}-{os.urandom(6).hex()}"
+        self.run_trace = "" if trace_dir is None else trace_path(trace_dir, self.run_id)
         self.seq = 0
         self._pending: list[dict[str, Any]] = [{
             "op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None, **(info or {}),
@@ -270,7 +286,7 @@ class ExecFallbackChannel(Channel):
         env = {**self.env, **(req.get("env") or {}), runner.RUN_TOKEN_VAR: self.run_id}
         # +1: /proc/uptime is truncated to centiseconds; the kill must never come early
         deadline = _uptime_cs() + math.ceil(float(timeout) * 100) + 1 if self.shared_clock and timeout else None
-        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline)
+        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline, self.run_trace)
         buf = runner.OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
         try:
             proc = self.proc = self.start_exec(argv)

@@ -41,7 +41,7 @@ from swe_sandbox.config import EnvironmentConfig, validate
 from swe_sandbox.environments import ssh_files
 from swe_sandbox.environments.base import Channel, Environment, runner_payload
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
-from swe_sandbox.environments.fallback import ExecFallbackChannel
+from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
 from swe_sandbox.environments.ssh_bwrap import BWRAP_BASE_ENV, RemoteBwrap
 from swe_sandbox.environments.ssh_link import SshLink, connect
 from swe_sandbox.environments.ssh_streams import RemoteProcess, SshChannel
@@ -50,11 +50,15 @@ from swe_sandbox.runner import BOOTSTRAP, RUN_TOKEN_VAR
 
 #: Kills what commands of one run left (they carry RUN_TOKEN_VAR=run id): at close after the exec
 #: fallback (no runner to do it) or a runner that died, and on reconnecting in fallback mode.
-SWEEP = """for round in 1 2 3; do
+SWEEP = """t=TRACE
+for round in 1 2 3; do
   for f in $(grep -l -a -z -x -F TOKEN /proc/[0-9]*/environ 2>/dev/null); do
     q=${f#/proc/}; kill -KILL "${q%/environ}"
   done
-done 2>/dev/null; true"""
+  if [ -e "$t" ]; then for p in /proc/[0-9]*; do [ "$p/fd/8" -ef "$t" ] && kill -KILL "${p#/proc/}"; done; fi
+done 2>/dev/null; rm -f -- "$t"; true"""
+#: Where the exec fallback keeps each run's trace file (``fallback.trace_path``).
+TRACE_DIR = "/tmp"
 #: Without SSH_CLIENT, bash does not think sshd started it: commands read no ~/.bashrc.
 NO_SSH_VARS = ["-u", "SSH_CLIENT", "-u", "SSH2_CLIENT"]
 
@@ -98,8 +102,10 @@ class SshConfig(EnvironmentConfig):
 
 
 def sweep(run_id: str) -> str:
-    """Remote shell lines killing every process that carries ``run_id`` as its run token."""
-    return SWEEP.replace("TOKEN", shlex.quote(f"{RUN_TOKEN_VAR}={run_id}"))
+    """Remote shell lines killing every process that carries ``run_id`` as its run token, or holds
+    its exec-fallback trace file open (``setsid env -i`` escapees)."""
+    trace = shlex.quote(trace_path(TRACE_DIR, run_id))
+    return SWEEP.replace("TOKEN", shlex.quote(f"{RUN_TOKEN_VAR}={run_id}")).replace("TRACE", trace)
 
 
 class SshEnvironment(Environment):
@@ -207,7 +213,8 @@ class SshEnvironment(Environment):
         base = dict(BWRAP_BASE_ENV) if self._policy else {}
         if self.mode == "exec":
             info = {"host": self.config.host, "workspace": self.workspace}
-            channel = ExecFallbackChannel(self._start_exec, self.sandbox_env(), info, lambda: link.dead())
+            channel = ExecFallbackChannel(self._start_exec, self.sandbox_env(), info, lambda: link.dead(),
+                                          trace_dir=TRACE_DIR)
             self._fallback_runs.append(channel.run_id)
             return channel
         try:
