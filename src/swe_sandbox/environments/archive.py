@@ -27,15 +27,11 @@ def _retag(info: tarfile.TarInfo, owner: tuple[int, int]) -> tarfile.TarInfo | N
 
 
 def place_symlink(target: str, name: str, dst: Path) -> None:
-    """Create the link ``dst`` -> ``target`` (inside ``dst`` when it is an existing directory)."""
-    if dst.is_dir():
-        dst = dst / name
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if os.path.lexists(dst):
-        if dst.is_dir() and not dst.is_symlink():
-            raise FileExistsError(17, "download: a directory is in the way of the link", str(dst))
-        dst.unlink()
-    os.symlink(target, dst)
+    """Deliver the link ``name`` -> ``target`` to ``dst`` by ``hostcopy``'s rules (inside an
+    existing directory, replacing a file or link, never through one)."""
+    with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
+        os.symlink(target, Path(tmp) / name)
+        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
 
 
 def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
