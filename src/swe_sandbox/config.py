@@ -55,6 +55,11 @@ class EnvironmentConfig(BaseModel):
     """Names of host variables copied into the sandbox; nothing else of the host's environment enters."""
     max_output_bytes: int = Field(10 << 20, ge=1024, le=32 << 20)
     """Output kept per command, in bytes (head + tail halves; at most 32 MiB); the rest is dropped and counted."""
+    max_download_bytes: int = Field(4 << 30, gt=0)
+    """Most bytes one ``download()`` may write on the host (default 4 GiB), counted over the whole
+    tree by apparent size (a sparse file counts its full length) and by the bytes actually written
+    (a file growing while it is copied). Past it the download raises ``DownloadTooLarge`` and leaves
+    nothing on the host. ``upload()`` is not limited."""
     start_timeout: float = Field(60.0, gt=0)
     """Seconds to wait for the sandbox and its runner to come up."""
 

@@ -4,10 +4,11 @@
     ├── SweSandboxError              base of every error below
     │   ├── ConfigError              a bad config value; the message names the field
     │   ├── BackendUnavailable       the backend cannot run on this host (names the cause)
-    │   └── SandboxError             something went wrong with a running sandbox
-    │       ├── SandboxStartError    the sandbox (or its runner) did not come up
-    │       ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
-    │       └── ProtocolError        the runner sent something it should not have
+    │   ├── SandboxError             something went wrong with a running sandbox
+    │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up
+    │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
+    │   │   ├── ProtocolError        the runner sent something it should not have
+    │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
     │   └── ModelError               the model provider failed for good (after retries, or not retryable)
     └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history
         ├── Submitted                the submission sentinel was printed; ``.submission`` holds the text
@@ -54,6 +55,31 @@ class SandboxDied(SandboxError):
 
 class ProtocolError(SandboxError):
     """The runner answered with something that does not follow the framed protocol."""
+
+
+class DownloadTooLarge(SandboxError):
+    """``download()`` would write more than the config's ``max_download_bytes`` on the host.
+
+    Sizes are apparent sizes (a sparse file counts its full length), summed over the whole tree,
+    and the bytes actually written count too (a file growing while it is copied). The sandbox is
+    still usable; nothing of the download is left on the host.
+
+    Attributes:
+        limit (int): the limit, in bytes.
+        path (str): the entry that went past it (the download's source, or a path inside it).
+        source (str): the download's source, as the sandbox names it.
+    """
+
+    def __init__(self, limit: int, path: str, source: str = ""):
+        source = source or path
+        where = source if path == source else f"{source} (at {path})"
+        super().__init__(f"download of {where}: more than environment.max_download_bytes = {limit} bytes would "
+                         f"be written on the host (apparent sizes, a sparse file counts its full length; "
+                         f"raise the limit with -c environment.max_download_bytes=N)")
+        self.limit, self.path, self.source = limit, path, source
+
+    def __reduce__(self):  # picklable (batch workers send errors back)
+        return type(self), (self.limit, self.path, self.source)
 
 
 class ModelError(SweSandboxError):

@@ -185,3 +185,88 @@ def test_a_dangling_symlink_uploads_as_the_link(files_env, tmp_path):
     environment = files_env()
     environment.upload(tmp_path / "dang", "dang")
     assert run(environment, "readlink dang")["output"] == "/nonexistent/target\n"
+
+
+# -- max_download_bytes: a download never writes more than the limit on the host -------------------
+
+#: A small limit for the tests (the default is 4 GiB).
+LIMIT = 1 << 20
+
+
+def _limit_error():
+    from swe_sandbox.errors import DownloadTooLarge
+
+    return DownloadTooLarge
+
+
+def test_download_past_max_download_bytes_fails_cleanly_and_one_at_the_limit_passes(files_env, tmp_path):
+    """Counted by apparent size (a sparse file counts its full length), over the whole tree; the error
+    names the limit and the path, and nothing is left on the host."""
+    environment = files_env(max_download_bytes=LIMIT)
+    made = run(environment, f"truncate -s {2 * LIMIT} sparse && truncate -s {LIMIT} exact && mkdir tree "
+                            f"&& head -c {LIMIT // 2} /dev/urandom > tree/a && head -c {LIMIT // 2 + 1} /dev/zero "
+                            f"> tree/b && du -k sparse | cut -f1 && echo made")
+    assert made["output"].split() == ["0", "made"], made  # 0 KiB used in the sandbox
+    for name in ("sparse", "tree"):
+        with pytest.raises(_limit_error(), match=rf"environment\.max_download_bytes = {LIMIT}\b") as caught:
+            environment.download(name, tmp_path / "out" / "deep" / name)
+        assert name in str(caught.value)
+        assert not (tmp_path / "out").exists()  # not even the parents
+    (tmp_path / "into").mkdir()
+    with pytest.raises(_limit_error()):
+        environment.download("sparse", tmp_path / "into")  # onto an existing directory
+    assert list((tmp_path / "into").iterdir()) == []
+    environment.download("exact", tmp_path / "ok" / "exact")
+    assert (tmp_path / "ok" / "exact").read_bytes() == bytes(LIMIT)
+    (tmp_path / "ok" / "tree").mkdir()
+    run(environment, "rm tree/b")
+    environment.download("tree", tmp_path / "ok" / "tree")
+    assert sorted(p.name for p in (tmp_path / "ok" / "tree").iterdir()) == ["a"]  # merged into
+    assert (tmp_path / "ok" / "tree" / "a").stat().st_size == LIMIT // 2
+
+
+def test_a_terabyte_sparse_file_fails_at_once_under_the_default_limit(files_env, tmp_path):
+    import time
+
+    environment = files_env()
+    assert environment.config.max_download_bytes == 4 << 30
+    made = run(environment, "truncate -s 1T huge && echo made")
+    assert made["output"] == "made\n", made
+    started = time.monotonic()
+    with pytest.raises(_limit_error(), match=r"huge\b.*environment\.max_download_bytes = 4294967296\b"):
+        environment.download("huge", tmp_path / "out" / "huge")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "out").exists()
+    assert run(environment, "echo still usable")["output"] == "still usable\n"
+
+
+def test_a_file_growing_during_the_download_never_takes_the_host_copy_past_the_limit(files_env, tmp_path):
+    """A background writer appends while downloads run, one after another, until the file is twice the
+    limit: each host copy is at most the limit (the bytes written count, not only the size announced),
+    else the download fails and leaves nothing. (tests/unit/test_download_limits.py makes a file grow
+    between its stat and its read on each copy path, deterministically.)"""
+    import time
+
+    environment = files_env(max_download_bytes=LIMIT)
+    started = run(environment, "(for i in $(seq 1 200); do head -c 65536 /dev/zero; sleep 0.01; done > grow) "
+                               ">/dev/null 2>&1 & echo $! > writer.pid; echo started")
+    assert started["output"] == "started\n", started
+    try:
+        outcomes = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            size = int(run(environment, "stat -c %s grow 2>/dev/null || echo 0")["output"])
+            dst = tmp_path / f"try{len(outcomes)}" / "grow"
+            try:
+                environment.download("grow", dst)
+            except _limit_error():
+                assert not dst.parent.exists()
+                outcomes.append("refused")
+            else:
+                assert dst.stat().st_size <= LIMIT
+                outcomes.append("copied")
+            if size > 2 * LIMIT:
+                break
+        assert outcomes and outcomes[-1] == "refused", outcomes
+    finally:
+        run(environment, "kill $(cat writer.pid) 2>/dev/null; true")

@@ -1,18 +1,21 @@
 """Tar archives for the container engines' archive API: the workspace in, files in and out.
 
 Archives coming out of a sandbox are untrusted: ``extract_single`` refuses entries that would land
-outside the destination, device files, links pointing out, and drops setuid bits.
+outside the destination, device files, links pointing out, and drops setuid bits; it reads the
+archive as a stream (never buffered whole) and stops at the first entry that would take the
+download past its ``max_download_bytes``.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import posixpath
 import tarfile
 import tempfile
 import time
 from pathlib import Path, PurePosixPath
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from swe_sandbox.environments import hostcopy
 from swe_sandbox.errors import SandboxError
@@ -79,14 +82,18 @@ def _check_member(member: tarfile.TarInfo, root: str) -> tarfile.TarInfo:
     return member
 
 
-def _safe_members(tar: tarfile.TarFile, root: str, symlinks: list[tuple[str, str]]):
-    """The archive's members minus its symlinks (collected in ``symlinks``), each checked."""
+def _safe_members(tar: tarfile.TarFile, root: str, symlinks: list[tuple[str, str]], budget: hostcopy.Budget):
+    """The archive's members minus its symlinks (collected in ``symlinks``), each checked; a file
+    that would take the download past its limit stops it (its size in the header is all that is
+    extracted of it: its apparent size, a sparse member's full length)."""
     for member in tar:
         if member.issym():
             symlinks.append((member.name, member.linkname))
             continue
         if member.isdev():  # FIFOs, devices: skipped, as by every backend's copy
             continue
+        if member.isreg():
+            budget.spend(member.size, posixpath.join(posixpath.dirname(budget.source), member.name))
         if not hasattr(tarfile, "data_filter"):
             yield _check_member(member, root)
             continue
@@ -110,35 +117,73 @@ def _add_symlinks(root: str, symlinks: list[tuple[str, str]]) -> None:
         os.symlink(target, path)
 
 
-def extract_single(fileobj, name: str, dst: Path) -> None:
+def extract_single(fileobj, name: str, dst: Path, *, limit: int | None = None, source: str = "") -> None:
     """Extract the tree ``name`` of a tar (as the archive API returns it) to the host path ``dst``.
 
     The archive comes from an untrusted sandbox. Entries are checked with ``tarfile``'s ``data``
     filter (nothing outside ``dst``, no device files, no hard links out, no setuid bits), and
     symlinks are only created once everything else is written, so no entry is ever written
     through one; they are kept as they are, pointing anywhere, as ``local`` and ``ssh`` keep them.
+    The archive is read as a stream, into a temporary directory that goes whatever happens.
+
+    Args:
+        limit: the most bytes the download may write on the host (``max_download_bytes``), counted
+            by the sizes in the archive's headers, then again by ``hostcopy`` on the way to ``dst``
+            (a hard link becomes one copy per name there).
+        source: the sandbox path downloaded (``.../name``), for errors.
 
     Raises:
         SandboxError: an unsafe entry, or ``name`` is not in the archive.
+        DownloadTooLarge: past ``limit``; nothing reaches ``dst``.
     """
+    source = source or name
+    budget = hostcopy.Budget(limit, source)
     with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
         symlinks: list[tuple[str, str]] = []
         with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
             checked = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
-            for member in _safe_members(tar, tmp, symlinks):  # a directory's mode could lock out its files
+            for member in _safe_members(tar, tmp, symlinks, budget):  # a directory's mode could lock out its files
                 tar.extract(member, tmp, set_attrs=not member.isdir(), **checked)
         _add_symlinks(tmp, symlinks)
         got = Path(tmp) / name
         if not got.exists() and not got.is_symlink():
             raise SandboxError(f"download: the archive holds no {name!r}")
         # never through a link already at dst (an earlier download's): see hostcopy
-        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
+        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(dst), limit=limit, source=source)
 
 
-def extract_chunks(chunks: Iterable[bytes], name: str, dst: Path) -> None:
-    """``extract_single`` of a tar given as a stream of chunks (spooled to disk past 64 MiB)."""
-    with tempfile.SpooledTemporaryFile(64 << 20) as spool:
-        for chunk in chunks:
-            spool.write(chunk)
-        spool.seek(0)
-        extract_single(spool, name, dst)
+class ChunkReader(io.RawIOBase):
+    """A readable file over an iterable of byte chunks, read as they come (nothing buffered but the
+    current chunk)."""
+
+    def __init__(self, chunks: Iterable[bytes]):
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._view = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        while not self._view:
+            try:
+                self._view = memoryview(next(self._chunks))
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self._view))
+        buffer[:n] = self._view[:n]
+        self._view = self._view[n:]
+        return n
+
+    def close(self) -> None:
+        closer = getattr(self._chunks, "close", None)
+        if closer is not None:  # a generator over the engine's response: stop it
+            closer()
+        super().close()
+
+
+def extract_chunks(chunks: Iterable[bytes], name: str, dst: Path, *, limit: int | None = None,
+                   source: str = "") -> None:
+    """``extract_single`` of a tar given as a stream of chunks, read as they come: a download past
+    ``limit`` stops after the header that announces it, the rest of the stream unread."""
+    with ChunkReader(chunks) as stream:
+        extract_single(stream, name, dst, limit=limit, source=source)

@@ -438,9 +438,17 @@ class Environment:
             dst: the host path it becomes (missing parents created, an existing directory is
                 merged into); a file onto an existing host directory lands inside it.
 
+        At most ``config.max_download_bytes`` are written on the host, counted over the whole
+        tree by apparent size (a sparse file counts its full length) and by the bytes really
+        copied (a file growing during the copy is cut off), on every backend.
+
         Raises:
             FileNotFoundError: ``src`` does not exist in the sandbox (nothing is created on the host).
             ValueError: the backend cannot reach ``src`` (bwrap: outside the workspace mount).
+            DownloadTooLarge: (a ``SandboxError``) the copy would pass ``max_download_bytes``; the
+                message names the path and the limit. Nothing of this download is left on the
+                host: refused before writing when the source measures over the limit, what was
+                written removed when a file grows past it during the copy.
             SandboxError: the sandbox refused the copy, or its archive was unsafe.
         """
         self._download(self.sandbox_path(src), Path(dst))

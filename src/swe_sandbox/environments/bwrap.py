@@ -171,7 +171,8 @@ class BwrapEnvironment(Environment):
 
     def _download(self, src: str, dst: Path) -> None:
         """Copy ``src`` under the workspace mount to host ``dst``; never through a link (``hostcopy``)."""
-        hostcopy.copy(self.workspace, self._workspace_rel(src), hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
+        hostcopy.copy(self.workspace, self._workspace_rel(src), hostcopy.HOST_ROOT, hostcopy.host_rel(dst),
+                      limit=self.config.max_download_bytes, source=src)
 
 
 def strip_setid_bits(root: Path) -> None:

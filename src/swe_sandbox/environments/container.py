@@ -508,7 +508,7 @@ class ContainerEnvironment(Environment):
             if state != describe({"State": {"Running": True}}):
                 raise SandboxDied(f"the sandbox is gone ({state})") from None
             raise FileNotFoundError(2, "download: no such file or directory in the sandbox", src) from None
-        extract_chunks(chunks, PurePosixPath(src).name, dst)
+        extract_chunks(chunks, PurePosixPath(src).name, dst, limit=self.config.max_download_bytes, source=src)
 
 
 # -- helpers ---------------------------------------------------------------------------------------

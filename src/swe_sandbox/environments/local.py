@@ -50,5 +50,5 @@ class LocalEnvironment(Environment):
         hostcopy.copy_paths(src, dst, follow_dst=False)  # a link at dst is replaced, as in a container
 
     def _download(self, src: str, dst: Path) -> None:
-        hostcopy.copy_paths(src, dst, follow_dst=True)
+        hostcopy.copy_paths(src, dst, follow_dst=True, limit=self.config.max_download_bytes)
 

@@ -314,4 +314,4 @@ class SshEnvironment(Environment):
         ssh_files.upload(self._sftp_client(), src, self._remote(dst), confined=self.workspace)
 
     def _download(self, src: str, dst: Path) -> None:
-        ssh_files.download(self._sftp_client(), self._remote(src), dst)
+        ssh_files.download(self._sftp_client(), self._remote(src), dst, limit=self.config.max_download_bytes)

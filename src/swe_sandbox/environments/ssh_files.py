@@ -7,7 +7,10 @@ written is removed first, and a link among the destination's parents is refused:
 have planted it. (SFTP has no ``openat``: a sandbox swapping a name for a link in the instant
 between that check and the write is not stopped; see the README's known limits.) Downloads land
 in a fresh local directory first and reach ``dst`` through ``hostcopy`` (no link followed there,
-setuid bits dropped).
+setuid bits dropped). A download counts what it writes against its ``max_download_bytes``: each
+file's announced (apparent) size before it is read, then the bytes really read, so a file growing
+on the remote side is cut off at the limit; past it, the local directory goes and ``dst`` is
+never touched.
 """
 
 from __future__ import annotations
@@ -54,36 +57,51 @@ def _put_tree(sftp, src: Path, top: str) -> None:
             _put(sftp, Path(entry.path), remote)
 
 
-def download(sftp, remote: str, local: Path) -> None:
+def download(sftp, remote: str, local: Path, limit: int | None = None) -> None:
     """Copy the remote file or directory ``remote`` to the host path ``local`` (a file onto an
-    existing directory lands inside it).
+    existing directory lands inside it), writing at most ``limit`` bytes (``None``: no limit).
 
     Raises:
         FileNotFoundError: ``remote`` does not exist (nothing is created).
+        DownloadTooLarge: past ``limit`` (nothing is created).
     """
     try:
-        mode = sftp.lstat(remote).st_mode
+        attr = sftp.lstat(remote)
     except FileNotFoundError:
         raise FileNotFoundError(2, "download: no such file or directory in the sandbox", remote) from None
+    budget = hostcopy.Budget(limit, remote)
     with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
         name = posixpath.basename(remote.rstrip("/")) or "root"
-        _get(sftp, remote, Path(tmp) / name, mode)
-        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(local))
+        _get(sftp, remote, Path(tmp) / name, attr, budget)
+        hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(local), limit=limit, source=remote)
 
 
-def _get(sftp, remote: str, local: Path, mode: int) -> None:
+def _get(sftp, remote: str, local: Path, attr, budget: hostcopy.Budget) -> None:
     """Into a fresh local directory (nothing there to follow)."""
+    mode = attr.st_mode
     if stat.S_ISDIR(mode):
         local.mkdir()
         for entry in sftp.listdir_attr(remote):
-            _get(sftp, posixpath.join(remote, entry.filename), local / entry.filename, entry.st_mode)
+            _get(sftp, posixpath.join(remote, entry.filename), local / entry.filename, entry, budget)
         os.chmod(local, mode & 0o777)
     elif stat.S_ISLNK(mode):
         os.symlink(sftp.readlink(remote), local)
     elif stat.S_ISREG(mode):
-        sftp.get(remote, str(local))
+        _get_file(sftp, remote, local, attr.st_size or 0, budget)
         os.chmod(local, mode & 0o777)
     # FIFOs, sockets, devices: skipped (reading a FIFO would block)
+
+
+def _get_file(sftp, remote: str, local: Path, size: int, budget: hostcopy.Budget) -> None:
+    """``sftp.get`` (pipelined reads) that counts: refused by the announced size before any read,
+    cut off once what is read would pass the budget (a file growing on the remote side)."""
+    budget.need(size, remote)
+    with sftp.open(remote, "rb") as src, open(local, "xb") as dst:
+        src.prefetch(size)
+        # at most one byte past the room left: more means the file grew past the limit
+        while data := src.read(min(1 << 15, budget.room() + 1)):
+            budget.spend(len(data), remote)
+            dst.write(data)
 
 
 def _kind_following(sftp, path: str) -> str:
