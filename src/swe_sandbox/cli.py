@@ -62,8 +62,11 @@ COMMAND is every word after the options, joined with spaces and run by `bash -c`
 sandbox (put `--` before it so its own options are not read as ours). COMMAND `-` reads the
 command from stdin. The sandbox is removed when the command ends; background jobs end with it.
 
-Plain output: the command's output (stdout and stderr merged, in order) on stdout as is; the
-result's exception_info (e.g. "Command timed out after 5 seconds") on stderr.
+Plain output: the command's output (stdout and stderr merged, in order) on stdout; the result's
+exception_info (e.g. "Command timed out after 5 seconds") on stderr. On a terminal, control
+characters are shown escaped (ESC as \\x1b; newlines, tabs and CRLF line ends kept) so no escape
+sequence of the command reaches the terminal; --raw writes them as they are. Into a pipe or a
+file the bytes are always as they are.
 With --json: one JSON object on stdout, the result dict (output, returncode, exception_info,
 extra) plus "submission" (the text after the COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT line, or null).
 
@@ -104,11 +107,14 @@ def one_line(message: str) -> str:
 
 
 def fail(code: int, kind: str, message: str) -> None:
-    """Print ``swe-sandbox: KIND: MESSAGE`` on stderr (one line) and exit with ``code``."""
+    """Print ``swe-sandbox: KIND: MESSAGE`` on stderr (one line; control characters escaped on a
+    terminal: a message may quote the sandbox) and exit with ``code``."""
+    from swe_sandbox.terminal import for_stream
+
     text = one_line(message)
     if text.lower().startswith(kind + ":"):
         text = text[len(kind) + 1 :].strip()
-    typer.echo(f"swe-sandbox: {kind}: {text}", err=True)
+    typer.echo(for_stream(f"swe-sandbox: {kind}: {text}", sys.stderr), err=True)
     raise typer.Exit(code)
 
 
@@ -202,6 +208,10 @@ def exec_command(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the result dict plus \"submission\" as one JSON object.")
     ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Plain mode on a terminal: write the output's control characters "
+                                         "(escape sequences) as they are instead of escaped.")
+    ] = False,
     overrides: Annotated[
         Optional[List[str]],
         typer.Option("-c", "--set", metavar="KEY=VALUE",
@@ -227,10 +237,12 @@ def exec_command(
                 result, submission = exc.result, exc.submission
         if as_json:
             write_stdout(json.dumps({**result, "submission": submission}, ensure_ascii=False) + "\n")
-        else:
-            write_stdout(result.get("output", ""))
+        else:  # on a terminal, no escape sequence of the command reaches it (unless --raw)
+            from swe_sandbox.terminal import for_stream
+
+            write_stdout(for_stream(result.get("output", ""), sys.stdout, raw))
             if result.get("exception_info"):
-                typer.echo(result["exception_info"], err=True)
+                typer.echo(for_stream(result["exception_info"], sys.stderr, raw), err=True)
         return exit_status(result)
 
     raise typer.Exit(run_guarded(body))

@@ -494,3 +494,96 @@ def test_exec_termination_signals_close_the_sandbox(signum):
     assert stderr.strip() == f"swe-sandbox: terminated by {signal.Signals(signum).name}"
     assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox" not in p] == []
     assert [w for w in workspaces if os.path.exists(w)] == []
+
+
+# -- exec on a terminal: no escape sequence of the command reaches it -------------------------------
+
+#: Sets the terminal's title and clears the screen, when written raw to a terminal.
+HOSTILE = "printf '\\033]0;pwned\\007\\033[2J'"
+HOSTILE_RAW = b"\x1b]0;pwned\x07\x1b[2J"
+HOSTILE_SHOWN = b"\\x1b]0;pwned\\x07\\x1b[2J"
+
+
+def run_on_pty(*args: str, stderr_too: bool = False, timeout: float = 60) -> tuple[bytes, bytes, int]:
+    """Run ``python -m swe_sandbox ARGS`` with a pseudo-terminal as stdout (and stderr with
+    ``stderr_too``; else a pipe); what reached each, byte for byte (the pty in raw mode: no \\r added)."""
+    import pty
+    import select
+    import time
+    import tty
+
+    ptys = [pty.openpty() for _ in range(2 if stderr_too else 1)]
+    for _, slave in ptys:
+        tty.setraw(slave)
+    proc = subprocess.Popen([sys.executable, "-m", "swe_sandbox", *args], stdin=subprocess.DEVNULL,
+                            stdout=ptys[0][1], stderr=ptys[1][1] if stderr_too else subprocess.PIPE)
+    got = {master: b"" for master, _ in ptys}
+    open_masters = [master for master, _ in ptys]
+    try:
+        for _, slave in ptys:
+            os.close(slave)
+        deadline = time.monotonic() + timeout
+        while open_masters and time.monotonic() < deadline:
+            ready, _, _ = select.select(open_masters, [], [], 0.5)
+            for master in ready:
+                try:
+                    data = os.read(master, 65536)
+                except OSError:  # EIO: every holder of the slave has closed it
+                    data = b""
+                if data:
+                    got[master] += data
+                else:
+                    open_masters.remove(master)
+        err = got[ptys[1][0]] if stderr_too else proc.stderr.read()
+        return got[ptys[0][0]], err, proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+        for master, _ in ptys:
+            os.close(master)
+
+
+def test_exec_on_a_terminal_shows_control_characters_escaped():
+    out, err, code = run_on_pty("exec", "--env", "local", "--", HOSTILE + "; printf '\\ttab\\r\\nok\\rover\\n'")
+    assert code == 0, err
+    assert out == HOSTILE_SHOWN + b"\ttab\r\nok\\x0dover\n"
+    assert b"\x1b" not in out and b"\x07" not in out
+
+
+def test_exec_exception_info_on_a_terminal_is_escaped_too():
+    out, err, code = run_on_pty("exec", "--env", "local", "--cwd", "/nonexistent\x1b]0;pwned\x07", "--", "true",
+                                stderr_too=True)
+    assert code != 0
+    assert b"/nonexistent\\x1b]0;pwned\\x07" in err and b"\x1b" not in err, err
+    assert b"\x1b" not in out
+
+
+def test_exec_raw_writes_the_bytes_to_the_terminal_as_they_are():
+    out, err, code = run_on_pty("exec", "--env", "local", "--raw", "--", HOSTILE)
+    assert code == 0, err
+    assert out == HOSTILE_RAW
+
+
+def test_exec_into_a_pipe_writes_the_bytes_as_they_are():
+    done = subprocess.run([sys.executable, "-m", "swe_sandbox", "exec", "--env", "local", "--", HOSTILE],
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == HOSTILE_RAW
+
+
+def test_exec_json_on_a_terminal_is_json_as_before():
+    out, err, code = run_on_pty("exec", "--env", "local", "--json", "--", HOSTILE)
+    assert code == 0, err
+    assert json.loads(out)["output"] == HOSTILE_RAW.decode()
+    assert b"\x1b" not in out
+
+
+def test_exec_help_documents_raw_and_is_itself_free_of_control_characters():
+    from swe_sandbox.terminal import has_controls
+
+    help_text = invoke("exec", "--help").stdout
+    assert "--raw" in help_text and "\\x1b" in help_text
+    assert not has_controls(help_text)

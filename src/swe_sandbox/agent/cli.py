@@ -107,27 +107,31 @@ def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = 
 
 def show_query(console: "Console", step: int, cost: float, message: dict[str, Any],
                secrets: Iterable[str] = ()) -> None:
-    """One header line per step, and the model's text (cut to a few lines), secrets masked."""
+    """One header line per step, and the model's text (cut to a few lines), secrets masked, control
+    characters escaped (no escape sequence reaches the terminal: ``swe_sandbox.terminal``)."""
     from rich.text import Text
 
     from swe_sandbox.redact import redact
+    from swe_sandbox.terminal import escape_controls
 
     console.rule(Text(f"step {step}  ·  ${cost:.4f}", style="bold"), align="left")
     content = redact(message.get("content"), secrets)
     if isinstance(content, str) and content.strip():
         lines = content.strip().splitlines()
         shown = "\n".join(lines[:6]) + (f"\n… ({len(lines) - 6} more lines)" if len(lines) > 6 else "")
-        console.print(Text(shown, style="dim"))
+        console.print(Text(escape_controls(shown), style="dim"))
 
 
 def show_result(console: "Console", action: dict[str, Any], result: dict[str, Any],
                 secrets: Iterable[str] = ()) -> None:
-    """The command (first lines, secrets masked) and how it ended: return code, duration, timeout, rejection."""
+    """The command (first lines, secrets masked, control characters escaped) and how it ended:
+    return code, duration, timeout, rejection."""
     from rich.text import Text
 
     from swe_sandbox.redact import redact
+    from swe_sandbox.terminal import escape_controls
 
-    lines = redact(str(action.get("command", "")), secrets).splitlines() or [""]
+    lines = escape_controls(redact(str(action.get("command", "")), secrets)).splitlines() or [""]
     command = "\n  ".join(lines[:4]) + (f"\n  … ({len(lines) - 4} more lines)" if len(lines) > 4 else "")
     console.print(Text("$ ", style="bold cyan") + Text(command))
     extra = result.get("extra") or {}
@@ -150,18 +154,21 @@ def show_result(console: "Console", action: dict[str, Any], result: dict[str, An
 def ask_approval(console: "Console", command: str) -> tuple[str, str]:
     """Ask whether to run ``command``: ``("run", "")``, ``("all", "")``, ``("reject", reason)`` or ``("edit", new)``.
 
-    The command is shown as it will run (secrets included: the user approves exactly that)."""
+    The command is shown as it will run (secrets included: the user approves exactly that), its
+    control characters escaped (as ``\\x1b``: visible, and inert on the terminal)."""
     from rich.markup import escape
     from rich.prompt import Prompt
     from rich.syntax import Syntax
 
-    console.print(Syntax(command, "bash", word_wrap=True))
+    from swe_sandbox.terminal import escape_controls, has_controls
+
+    console.print(Syntax(escape_controls(command), "bash", word_wrap=True))
     choice = Prompt.ask(escape("Run it? [y]es / [n]o / [e]dit / [a]ll (stop asking)"), choices=["y", "n", "e", "a"],
                         default="y", console=console, show_choices=False)
     if choice == "n":
         return "reject", Prompt.ask("Reason (told to the model)", default="", console=console)
     if choice == "e":
-        if "\n" in command:
+        if "\n" in command or has_controls(command):  # the prompt would show its default raw
             edited = typer.edit(command, require_save=False)
             new = (edited or command).rstrip("\n")
         else:
@@ -407,6 +414,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     from swe_sandbox.agent.default import AgentConfig
     from swe_sandbox.config import validate
     from swe_sandbox.models import get_model
+    from swe_sandbox.terminal import escape_controls
 
     validate(AgentConfig, {**config["agent"], "output_path": output}, section="agent")
     check_output_path(output)
@@ -416,7 +424,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     model = get_model(config["model"])
 
     def warn(text: str) -> None:
-        console.print(Text("warning: ", style="yellow") + Text(text), soft_wrap=True)  # one line
+        console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)  # one line
 
     environment, scratch = build_environment(data, workspace, warn)
     try:
@@ -436,13 +444,16 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         atomic_write_text(submission_path(output), submission)
     elif agent.messages and agent.messages[-1].get("content"):
         content = redact(str(agent.messages[-1]["content"]), agent.known_secrets())
-        console.print(Text(f"{status}: ", style="red") + Text(content))
+        console.print(Text(f"{status}: ", style="red") + Text(escape_controls(content)))
     return status, submission
 
 
 def show_summary(console: "Console", status: str, submission: str, output: Path) -> None:
-    """The last lines of a run: exit status, where the trajectory and submission are, the submission."""
+    """The last lines of a run: exit status, where the trajectory and submission are, the submission
+    (its control characters escaped; the file holds it exactly)."""
     from rich.text import Text
+
+    from swe_sandbox.terminal import escape_controls
 
     console.rule(Text("done", style="bold"), align="left")
     style = "bold green" if status == "Submitted" else "bold red"
@@ -454,7 +465,7 @@ def show_summary(console: "Console", status: str, submission: str, output: Path)
     console.print(f"submission:  {submission_path(output)}  ({len(lines)} lines)", highlight=False)
     shown = "\n".join(lines[:SHOW_LINES])
     if shown:
-        console.print(Text(shown))
+        console.print(Text(escape_controls(shown)))
     if len(lines) > SHOW_LINES:
         console.print(f"… ({len(lines) - SHOW_LINES} more lines in the file)", highlight=False)
 
@@ -465,9 +476,10 @@ def guarded(body) -> int:
 
     def fail(code: int, kind: str, message: str) -> int:
         from swe_sandbox.redact import redact
+        from swe_sandbox.terminal import for_stream
 
         text = " ".join(line.strip() for line in redact(str(message)).splitlines() if line.strip())
-        typer.echo(f"swe-sandbox: {kind}: {text}", err=True)
+        typer.echo(for_stream(f"swe-sandbox: {kind}: {text}", sys.stderr), err=True)
         return code
 
     try:

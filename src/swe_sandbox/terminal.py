@@ -1,0 +1,52 @@
+"""Text from a sandbox or a model, made safe to show on a terminal.
+
+A command's output is untrusted: written raw to a terminal, its escape sequences act there (set the
+window title, clear the screen, move the cursor to forge what was printed, write the clipboard
+with OSC 52, and on some terminals worse). ``escape_controls`` renders every control character
+visibly instead, as ``\\xNN`` (ESC becomes the four characters ``\\x1b``), so nothing it contains
+is a sequence any more:
+
+- kept: ``\\n`` and ``\\t``, and ``\\r`` just before ``\\n`` (a CRLF line end: the cursor goes to
+  the start of the line, then to the next one, overwriting nothing);
+- escaped: every other C0 control (NUL .. US, BS and BEL included), a ``\\r`` not followed by
+  ``\\n`` (it returns to the line's start, so what follows would overwrite, and hide, what came
+  before: ``echo "safe\\rrm -rf /"``), DEL, and the C1 controls U+0080..U+009F (U+009B is CSI on
+  terminals that honour 8-bit controls).
+
+A backslash is kept as it is: a command printing the text ``\\x1b`` shows exactly that, and can
+do no more with it.
+
+``swe-sandbox exec`` applies it when stdout (stderr) is a terminal, unless ``--raw``; the agent's
+progress and summary (``swe_sandbox.agent.cli``) always do.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import IO, Any
+
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters shown as ``\\xNN`` (see the module doc for which)."""
+    return _CONTROL_RE.sub(lambda m: "\\x%02x" % ord(m.group()), text)
+
+
+def has_controls(text: str) -> bool:
+    """Whether ``escape_controls`` would change ``text``."""
+    return _CONTROL_RE.search(text) is not None
+
+
+def is_terminal(stream: IO[Any] | None) -> bool:
+    """Whether ``stream`` is a terminal (False for a pipe, a file, a closed or missing stream)."""
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def for_stream(text: str, stream: IO[Any] | None, raw: bool = False) -> str:
+    """``text`` as it may be written to ``stream``: escaped on a terminal, unchanged elsewhere or
+    with ``raw``."""
+    return text if raw or not is_terminal(stream) else escape_controls(text)
