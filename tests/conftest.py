@@ -313,3 +313,46 @@ def wait_sandbox_gone(env: Any, marker: str, grace: float = 1.0) -> list[str]:
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.1)
+
+
+def host_server_pid(marker: str, within: float = 20.0) -> int:
+    """Host pid of the process serving the sandbox command whose command line holds ``marker``: the
+    runner (comm ``swe-sandbox-run``) or, in the exec fallback, the command's wrapper script.
+
+    A command cannot kill its runner from inside (PID 1 of its namespace, non-dumpable), so tests
+    of a sandbox that dies kill it from here, as a crash or an OOM kill would.
+    """
+    from swe_sandbox.environments.fallback import SCRIPT_NAME
+
+    deadline = time.monotonic() + within
+    while not (found := [p for p in host_processes_with(marker) if "swe_sandbox" not in p]):
+        assert time.monotonic() < deadline, f"no sandbox process with {marker} appeared"
+        time.sleep(0.05)
+    pid = int(found[0].split()[0])
+    while pid > 1:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        if comm == "swe-sandbox-run" or SCRIPT_NAME.encode() in argv:
+            return pid
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        pid = int(stat[stat.rfind(b")") + 2:].split()[1])
+    raise AssertionError(f"no runner above the process with {marker}")
+
+
+def kill_server_when_running(marker: str) -> Any:
+    """Start a thread that SIGKILLs ``host_server_pid(marker)`` as soon as that process runs (the
+    thread's ``killed_at`` then holds when, in monotonic seconds)."""
+    import signal
+    import threading
+
+    def kill() -> None:
+        os.kill(host_server_pid(marker), signal.SIGKILL)
+        thread.killed_at = time.monotonic()
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.killed_at = None  # monotonic seconds of the kill, once done
+    thread.start()
+    return thread

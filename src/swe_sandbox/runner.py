@@ -5,10 +5,18 @@ stdlib-only and valid on Python >= 3.6: no annotations, no f-strings with ``=``,
 
 Protocol (both directions): a frame is a 4-byte big-endian length followed by that many bytes of
 UTF-8 JSON; a reply whose ``output`` is long carries ``"output": null, "output_follows": N`` and
-is followed by those N bytes of raw UTF-8 (``RAW_OUTPUT_MIN``). The host sends ``{"op": "exec", "command": str, "cwd": str, "env": {str: str},
+is followed by those N bytes of raw UTF-8 (``RAW_OUTPUT_MIN``); every frame ends with its MAC
+(``FrameAuth``). The host sends ``{"op": "exec", "command": str, "cwd": str, "env": {str: str},
 "timeout": float | null, "max_output_bytes": int}`` or ``{"op": "close"}``; the runner answers
 ``{"op": "ready", ...}`` once at start and one ``{"op": "result", ...}`` per ``exec``. The command
 travels as payload; it reaches bash through an unlinked file descriptor, never through argv.
+
+Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
+random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
+stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
+directions carries HMAC-SHA256 over its bytes and its position in that direction's sequence, so a
+process that reaches the pipes can neither forge, replay nor reorder a frame. A request that fails
+the check ends the runner (the host then sees a dead sandbox, never a forged result).
 
 Per command the runner:
 - spawns ``bash -c`` in a new session (its own process group, no controlling terminal), stdin
@@ -23,6 +31,8 @@ The runner is a child subreaper, so orphans are re-parented to it and reaped; wh
 closes (host gone or ``close``) it kills every process any command started, then exits.
 """
 
+import hashlib
+import hmac
 import json
 import os
 import selectors
@@ -34,7 +44,9 @@ import tempfile
 import threading
 import time
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+#: Length of a frame's MAC in bytes (HMAC-SHA256).
+MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
 #: string: escaping every newline of 10 MiB of output cost ~0.25 s to decode alone under load.
 RAW_OUTPUT_MIN = 1 << 16
@@ -63,21 +75,56 @@ PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def write_frame(stream, obj):
+class FrameAuth(object):
+    """HMAC-SHA256 of the frames of one channel, both directions (used by the host too).
+
+    Each direction counts its frames; a MAC covers the direction's label, the frame's number and
+    its bytes, so a frame cannot be forged without the key, nor replayed, reordered or reflected.
+    """
+
+    def __init__(self, key, sending, receiving):
+        self.key = key
+        self.labels = (sending, receiving)
+        self.counts = [0, 0]
+
+    def _mac(self, which, data):
+        self.counts[which] += 1
+        msg = self.labels[which] + struct.pack(">Q", self.counts[which]) + data
+        return hmac.new(self.key, msg, hashlib.sha256).digest()
+
+    def sign(self, data):
+        """The MAC to send after ``data`` (the frame's bytes)."""
+        return self._mac(0, data)
+
+    def verify(self, data, mac):
+        """True when ``mac`` is the MAC of the next received frame ``data``."""
+        return hmac.compare_digest(self._mac(1, data), mac)
+
+
+def write_frame(stream, obj, auth=None):
     blob = b""
     text = obj.get("output")
     if isinstance(text, str) and len(text) > RAW_OUTPUT_MIN:
         blob = text.encode("utf-8", "replace")
         obj = dict(obj, output=None, output_follows=len(blob))
     data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace")
-    stream.write(struct.pack(">I", len(data)) + data)
-    if blob:
-        stream.write(blob)
+    frame = struct.pack(">I", len(data)) + data + blob
+    if auth is not None:
+        frame += auth.sign(frame)
+    stream.write(frame)
     stream.flush()
 
 
-def read_frame(stream):
-    """Return the next decoded frame, or None at end of file."""
+class BadFrame(Exception):
+    """A frame from the host failed authentication or could not be decoded."""
+
+
+def read_frame(stream, auth=None):
+    """Return the next decoded frame, or None at end of file.
+
+    Raises:
+        BadFrame: ``auth`` is given and the frame's MAC is wrong, or the frame is not JSON.
+    """
     header = stream.read(4)
     if len(header) < 4:
         return None
@@ -85,7 +132,16 @@ def read_frame(stream):
     data = stream.read(size)
     if len(data) < size:
         return None
-    return json.loads(data.decode("utf-8"))
+    if auth is not None:
+        mac = stream.read(MAC_SIZE)
+        if len(mac) < MAC_SIZE:
+            return None
+        if not auth.verify(header + data, mac):
+            raise BadFrame("a frame failed authentication")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except ValueError:
+        raise BadFrame("a frame is not JSON")
 
 
 class OutputBuffer(object):
@@ -281,9 +337,11 @@ def discard(fd):
 
 
 class Runner(object):
-    def __init__(self, stdin, stdout):
+    def __init__(self, stdin, stdout, key, max_lifetime=None):
         self.stdin = stdin
         self.stdout = stdout
+        self.auth = FrameAuth(key, b"runner", b"host")
+        self.max_lifetime = max_lifetime
         self.run_id = "%d-%s" % (os.getpid(), os.urandom(6).hex())
         self.seq = 0
         self.closing = False
@@ -304,9 +362,9 @@ class Runner(object):
         """Reader thread: queue frames from the host; end of file means the host is gone."""
         while True:
             try:
-                frame = read_frame(self.stdin)
-            except (OSError, ValueError):
-                frame = None
+                frame = read_frame(self.stdin, self.auth)
+            except (OSError, ValueError, BadFrame):
+                frame = None  # a forged or garbled request: stop serving (fail closed)
             with self.cond:
                 if frame is None or frame.get("op") == "close":
                     self.closing = True
@@ -505,12 +563,30 @@ class Runner(object):
             msg = "swe-sandbox runner error: %s: %s" % (type(exc).__name__, exc)
             return self.result(msg + "\n", -1, msg, time.monotonic(), OutputBuffer(1 << 20))
 
+    def end_of_life(self):
+        """Lifetime guard thread: at ``max_lifetime`` (seconds, monotonic) close like an end of file.
+
+        It lives in the runner, out of the commands' reach (as PID 1 of a container the runner
+        cannot be signalled from inside; non-dumpable, it cannot be traced); its exit ends the
+        container.
+        """
+        end = time.monotonic() + float(self.max_lifetime)
+        while time.monotonic() < end:
+            time.sleep(min(60.0, max(0.01, end - time.monotonic())))
+        self.closing = True
+        try:
+            self.shutdown()
+        finally:
+            os._exit(0)  # no reply: the host sees the sandbox end, as at any other death
+
     def serve(self):
         write_frame(self.stdout, {
             "op": "ready", "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "run_id": self.run_id,
             "python": "%d.%d.%d" % sys.version_info[:3], "cwd": os.getcwd(),
-        })
+        }, self.auth)
         threading.Thread(target=self.read_requests, daemon=True).start()
+        if self.max_lifetime:
+            threading.Thread(target=self.end_of_life, daemon=True).start()
         try:
             while True:
                 req = self.next_request()
@@ -519,7 +595,7 @@ class Runner(object):
                 self.reap()
                 reply = self.answer(req)
                 reply["id"] = req.get("id")
-                write_frame(self.stdout, reply)
+                write_frame(self.stdout, reply, self.auth)
         except (BrokenPipeError, OSError):
             return
         finally:
@@ -556,8 +632,17 @@ def harden():
 
 
 def main():
+    """Read the host's ``hello`` (the key, options), then serve until end of file."""
     harden()
-    Runner(sys.stdin.buffer, sys.stdout.buffer).serve()
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        hello = read_frame(stdin)
+    except BadFrame:
+        hello = None
+    if not isinstance(hello, dict) or hello.get("op") != "hello":
+        sys.stderr.write("swe-sandbox runner: expected the host's hello frame\n")
+        sys.exit(2)
+    Runner(stdin, stdout, bytes.fromhex(hello["key"]), hello.get("max_lifetime")).serve()
 
 
 if __name__ == "__main__":

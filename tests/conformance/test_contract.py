@@ -12,6 +12,7 @@ import os
 import random
 import re
 import resource
+import signal
 import socket
 import time
 
@@ -22,6 +23,8 @@ from conftest import (
     BACKENDS,
     HOST_SEES_PROCESSES,
     host_processes_with,
+    host_server_pid,
+    kill_server_when_running,
     make_variant,
     require_backend,
     run,
@@ -933,10 +936,12 @@ def test_close_before_start_is_fine(make_env):
 def test_sandbox_died_during_command_raises(make_env):
     """A sandbox that dies during a command raises SandboxDied, not an ordinary non-zero result."""
     environment = started_env(make_env)
-    started = time.monotonic()
+    marker = unique_marker()
+    killer = kill_server_when_running(marker)  # from the host: a command cannot kill its runner
     with pytest.raises(swe_sandbox.SandboxDied):
-        run(environment, "echo dying; kill -9 $PPID; sleep 5", timeout=10)
-    assert time.monotonic() - started < 5, "the host noticed the dead sandbox late"
+        run(environment, f"echo dying; sleep {marker}", timeout=30)
+    killer.join()
+    assert time.monotonic() - killer.killed_at < 5, "the host noticed the dead sandbox late"
     with pytest.raises(swe_sandbox.SweSandboxError):
         run(environment, "echo again")
 
@@ -944,8 +949,10 @@ def test_sandbox_died_during_command_raises(make_env):
 def test_sandbox_vanished_between_commands_raises(make_env):
     """A sandbox that vanished between commands raises SandboxDied on the next execute."""
     environment = started_env(make_env)
-    result = run(environment, "(sleep 0.3; kill -9 $PPID) >/dev/null 2>&1 </dev/null & echo ok")
+    marker = unique_marker()
+    result = run(environment, f"sleep {marker} >/dev/null 2>&1 </dev/null & echo ok")
     assert result["output"] == "ok\n"
+    os.kill(host_server_pid(marker), signal.SIGKILL)
     time.sleep(1.0)
     with pytest.raises(swe_sandbox.SandboxDied):
         run(environment, "echo hello")

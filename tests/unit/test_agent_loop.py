@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import read_in_sandbox, variant_spec
+from conftest import kill_server_when_running, read_in_sandbox, unique_marker, variant_spec
 from helpers.openai_server import validate_request
 
 from swe_sandbox.agent import ActionRejected, DefaultAgent, load_run_config
@@ -159,8 +159,10 @@ def test_model_error_ends_the_run_with_its_class_name(sandbox):
 
 
 def test_sandbox_death_mid_turn_answers_every_call(sandbox):
-    # The command kills the in-sandbox runner (its parent): the sandbox is gone.
-    agent = make_agent(DeterministicModel(outputs=[["echo before", "kill -9 $PPID; sleep 5", "echo after"]]), sandbox)
+    # The in-sandbox runner is killed (from the host: no command can) during the 2nd command.
+    marker = unique_marker()
+    kill_server_when_running(marker)
+    agent = make_agent(DeterministicModel(outputs=[["echo before", f"sleep {marker}", "echo after"]]), sandbox)
     assert agent.run("t") == ("SandboxDied", "")
     assert roles(agent) == ["system", "user", "assistant", "tool", "tool", "tool", "exit"]
     assert "did not finish: SandboxDied" in agent.messages[4]["content"]

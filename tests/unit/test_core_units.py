@@ -158,7 +158,7 @@ class _ScriptedChannel(Channel):
     """A Channel whose bytes come from a list of chunks (None: nothing arrives in time)."""
 
     def __init__(self, chunks):
-        self._buf = bytearray()
+        super().__init__(None)
         self.chunks = list(chunks)
 
     def _read_some(self, timeout):

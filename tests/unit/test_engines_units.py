@@ -204,8 +204,9 @@ def test_launcher_writes_a_well_formed_nopython_frame():
     assert header == struct.pack(">I", len(frame.encode())) and json.loads(frame) == NOPYTHON_FRAME
 
 
-def test_launcher_runs_the_runner_isolated():
-    assert '"$1" -I -S -c "$2"; exit;' in LAUNCHER
+def test_launcher_makes_the_isolated_runner_pid_1():
+    """exec'd first, before any guard or other process: the runner is PID 1 and the only holder of its pipes."""
+    assert LAUNCHER.startswith('if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then exec "$1" -I -S -c "$2"; fi;')
     assert 'sleep $((end - ${u%%.*})); done; kill -9 -1; kill -TERM 1)' in LAUNCHER
 
 

@@ -39,12 +39,14 @@ MAX_TIMEOUT_S = 1e6
 _RUNNER_SOURCE: bytes | None = None
 
 
-def runner_payload() -> bytes:
-    """What a transport writes to ``python3 -c BOOTSTRAP``'s stdin: length line + runner source."""
+def runner_payload(hello: dict[str, Any]) -> bytes:
+    """What a transport writes to ``python3 -c BOOTSTRAP``'s stdin: length line, runner source, and
+    the plain ``hello`` frame (the key and the runner's options, see ``runner``)."""
     global _RUNNER_SOURCE
     if _RUNNER_SOURCE is None:
         _RUNNER_SOURCE = Path(runner.__file__).read_bytes()
-    return b"%d\n" % len(_RUNNER_SOURCE) + _RUNNER_SOURCE
+    data = json.dumps(hello).encode()
+    return b"%d\n" % len(_RUNNER_SOURCE) + _RUNNER_SOURCE + struct.pack(">I", len(data)) + data
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -75,6 +77,43 @@ def find_submission(output: str, returncode: int) -> str | None:
     return None
 
 
+#: The result's ``extra`` keys every runner sends, and their types.
+RESULT_EXTRA = {"timed_out": bool, "truncated": bool, "output_bytes": int, "dropped_bytes": int,
+                "duration_s": (int, float)}
+#: Longest ``exception_info`` accepted from a runner (characters).
+MAX_INFO_CHARS = 4096
+
+
+def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
+    """Refuse a result whose fields have the wrong type or an impossible value.
+
+    Args:
+        reply: the runner's ``result`` frame.
+        max_output_bytes: the request's cap; the output (one character at most per byte kept)
+            may exceed it only by the truncation marker.
+
+    Raises:
+        ProtocolError: naming the first bad field.
+    """
+    def bad(field: str, value: Any) -> ProtocolError:
+        return ProtocolError(f"the sandbox sent an invalid result ({field}={str(value)[:80]!r}); "
+                             "the sandbox is no longer trusted")
+
+    output, code, info, extra = (reply.get(k) for k in ("output", "returncode", "exception_info", "extra"))
+    if not isinstance(output, str) or len(output) > max_output_bytes + 200:
+        raise bad("output", type(output).__name__ if not isinstance(output, str) else f"{len(output)} characters")
+    if type(code) is not int or not -1 <= code <= 255:
+        raise bad("returncode", code)
+    if not isinstance(info, str) or len(info) > MAX_INFO_CHARS:
+        raise bad("exception_info", info)
+    if not isinstance(extra, dict):
+        raise bad("extra", extra)
+    for key, kind in RESULT_EXTRA.items():
+        value = extra.get(key)
+        if not isinstance(value, kind) or (kind is not bool and (isinstance(value, bool) or value < 0)):
+            raise bad(f"extra.{key}", value)
+
+
 class Channel:
     """Bytes to and from the runner process of one sandbox, over a child process's pipes.
 
@@ -85,10 +124,27 @@ class Channel:
     #: Largest frame accepted, in bytes: a bound on host memory whatever the sandbox sends.
     max_frame = 256 << 20
 
-    def __init__(self, proc: subprocess.Popen, stderr_file=None):
+    def __init__(self, proc: subprocess.Popen | None, stderr_file=None):
         self.proc = proc
         self.stderr_file = stderr_file
         self._buf = bytearray()
+        self._auth: runner.FrameAuth | None = None
+        self._pushed: list[dict[str, Any]] = []
+
+    def start_runner(self, **options: Any) -> None:
+        """Hand the runner its source and a fresh key (``runner``'s hello); from now on every
+        frame, both ways, is authenticated with it. ``options``: the hello's other fields
+        (``max_lifetime``). A write error is ignored: the ready wait reports why it died."""
+        key = os.urandom(32)
+        self._auth = runner.FrameAuth(key, b"host", b"runner")
+        try:
+            self._write(runner_payload({"op": "hello", "key": key.hex(), **options}))
+        except OSError:
+            pass
+
+    def push_back(self, frame: dict[str, Any]) -> None:
+        """Make ``frame`` (already received) the next one ``recv`` returns."""
+        self._pushed.insert(0, frame)
 
     def _write(self, data: bytes) -> None:
         self.proc.stdin.write(data)
@@ -105,18 +161,28 @@ class Channel:
 
     def send(self, obj: dict[str, Any]) -> None:
         data = json.dumps(obj).encode()
+        frame = struct.pack(">I", len(data)) + data
+        if self._auth is not None:
+            frame += self._auth.sign(frame)
         try:
-            self._write(struct.pack(">I", len(data)) + data)
+            self._write(frame)
         except (OSError, ValueError) as exc:
             raise SandboxDied(f"the sandbox is gone (cannot write to its runner: {exc}). {self.diagnose()}") from None
 
-    def recv(self, timeout: float | None) -> dict[str, Any]:
+    def recv(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
         """Next frame from the runner (with its raw ``output`` put back in, see ``runner``).
+
+        Args:
+            timeout: seconds to wait for the whole frame; None: no limit.
+            unauthenticated: ops accepted without a MAC (a container launcher's ``nopython``, sent
+                before anything of the sandbox's runs); every other frame must carry a valid one.
 
         Raises:
             SandboxDied: end of file, or nothing within ``timeout`` seconds.
-            ProtocolError: an oversized or undecodable frame.
+            ProtocolError: an oversized, undecodable, unauthenticated or non-object frame.
         """
+        if self._pushed:
+            return self._pushed.pop(0)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._fill(4, deadline, timeout)
         end = 4 + self._checked(struct.unpack(">I", self._buf[:4])[0])
@@ -125,13 +191,28 @@ class Channel:
             frame = json.loads(bytes(self._buf[4:end]))
         except ValueError as exc:
             raise ProtocolError(f"bad frame from runner: {exc}") from None
-        follows = frame.pop("output_follows", None) if isinstance(frame, dict) else None
+        if not isinstance(frame, dict):
+            raise ProtocolError(f"bad frame from runner: not an object ({type(frame).__name__})")
+        if frame.get("op") in unauthenticated and not frame.keys() - {"op"}:
+            del self._buf[:end]
+            return frame
+        follows = frame.pop("output_follows", None)
         if follows is not None:
-            start, end = end, end + self._checked(follows)
+            end += self._checked(follows)
             self._fill(end, deadline, timeout)
-            frame["output"] = bytes(self._buf[start:end]).decode("utf-8", "replace")
-        del self._buf[:end]  # only now: a timeout above leaves the buffer as it was
+            frame["output"] = bytes(self._buf[end - follows:end]).decode("utf-8", "replace")
+        self._authenticate(end, deadline, timeout)
         return frame
+
+    def _authenticate(self, end: int, deadline: float | None, timeout: float | None) -> None:
+        """Check the MAC after the frame's ``end`` bytes, then consume the frame and its MAC."""
+        if self._auth is not None:
+            self._fill(end + runner.MAC_SIZE, deadline, timeout)
+            if not self._auth.verify(bytes(self._buf[:end]), bytes(self._buf[end:end + runner.MAC_SIZE])):
+                raise ProtocolError("a frame from the sandbox failed authentication (forged or corrupted); "
+                                    "the sandbox is no longer trusted")
+            end += runner.MAC_SIZE
+        del self._buf[:end]  # only now: a timeout above leaves the buffer as it was
 
     def _checked(self, size: Any) -> int:
         if not isinstance(size, int) or not 0 <= size <= self.max_frame:
@@ -216,8 +297,9 @@ def in_long_lived_thread(func, *args, **kwargs):
     return future.result()
 
 
-def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None) -> Channel:
-    """Start ``argv`` (ending in ``python3 -c BOOTSTRAP``) as a child process and hand it the runner.
+def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None, **options: Any) -> Channel:
+    """Start ``argv`` (ending in ``python3 -c BOOTSTRAP``) as a child process and hand it the runner
+    (``options``: the runner's, see ``Channel.start_runner``).
 
     Raises:
         SandboxStartError: the process could not be started.
@@ -232,10 +314,7 @@ def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None) -
         stderr_file.close()
         raise SandboxStartError(f"cannot start {argv[0]}: {exc}") from None
     channel = Channel(proc, stderr_file)
-    try:
-        channel._write(runner_payload())
-    except OSError:
-        pass  # it died at once; the ready wait below reports why
+    channel.start_runner(**options)
     return channel
 
 
@@ -353,6 +432,7 @@ class Environment:
             reply = self._channel.recv(None if timeout is None else timeout + HOST_GRACE_S)
             if reply.get("op") != "result" or reply.get("id") != self._seq:
                 raise ProtocolError(f"expected the result of request {self._seq}, got {str(reply)[:200]}")
+            check_result(reply, request["max_output_bytes"])
         except SandboxError:
             self.close()
             raise

@@ -6,8 +6,8 @@ in through the archive API. ``close()`` force-removes the container at once (no 
 is idempotent; ``engine.gc()`` removes containers whose owner process is gone.
 
 The channel: ONE attach with stdin open for the life of the environment. The container's main
-process is ``LAUNCHER`` (under an init), which starts the lifetime guard in the background and
-then execs ``python3 -c BOOTSTRAP``; a single ``docker start --attach --interactive`` /
+process is ``LAUNCHER``, which execs ``python3 -c BOOTSTRAP``: the runner is PID 1, so no init or
+shell holds its pipes and no command can signal it; a single ``docker start --attach --interactive`` /
 ``podman --url ... start --attach --interactive`` CLI process carries the runner protocol, started
 with ``spawn_runner`` (so every command is one round trip, ~0.7 ms of transport on top of the
 runner's own work). Why this and not the alternatives, measured on this host:
@@ -24,10 +24,12 @@ runner's own work). Why this and not the alternatives, measured on this host:
   ``exec_run`` cannot stream stdin at all (it ignores ``socket=``; a string command is
   shlex-split). Lifecycle calls still go through the SDKs, with ``api_timeout``.
 
-The lifetime guard (a shell sleeping until ``max_lifetime``, rounded up to whole seconds, has
-passed on ``/proc/uptime``, then SIGKILL to everything and SIGTERM to PID 1) ends a container after
-``max_lifetime`` whatever its owner does; a command that kills its ``sleep`` only wakes it early. Logging is off (``none``): the runner
-protocol is not written to the engine's container logs.
+The lifetime guard ends a container after ``max_lifetime`` whatever its owner does: a thread of
+the runner (PID 1: it exits, and the container with it), out of every command's reach; in the
+exec fallback, a shell of the launcher sleeping until ``max_lifetime``, rounded up to whole
+seconds, has passed on ``/proc/uptime`` (a root command can replace what it runs: see the README's
+known limits). Logging is off (``none``): the runner protocol is not written to the engine's
+container logs.
 
 Images without python3 get the exec fallback (``swe_sandbox.environments.fallback``): the launcher
 answers ``{"op": "nopython"}`` instead of the runner's ready frame and keeps the container (and
@@ -101,14 +103,18 @@ NOPYTHON_FRAME = {"op": "nopython"}
 def _launcher() -> str:
     """The container's main process (``sh -c LAUNCHER swe-sandbox PYTHON BOOTSTRAP MAX_LIFETIME``).
 
-    Starts the lifetime guard, then runs the runner (``-I -S``: isolated, no ``site``, so the
-    sandbox's PYTHON* variables do not reach the runner itself, and ~15 ms less start). Without
-    that python it writes the ``nopython`` frame and holds the container until its stdin (the
-    owner's attach) ends.
+    With that python it ``exec``s the runner (``-I -S``: isolated, no ``site``, so the sandbox's
+    PYTHON* variables do not reach the runner itself, and ~15 ms less start), which becomes PID 1:
+    nothing else in the container holds its pipes, no command can signal it (the kernel drops
+    signals from inside a pid namespace to its init unless it handles them), and it keeps the
+    lifetime guard itself (``max_lifetime`` in its hello). Without that python it writes the
+    ``nopython`` frame, starts the lifetime guard in the background and holds the container until
+    its stdin (the owner's attach) ends.
     """
     frame = json.dumps(NOPYTHON_FRAME).encode()
     octal = "".join("\\%03o" % b for b in struct.pack(">I", len(frame)))
     return (
+        'if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then exec "$1" -I -S -c "$2"; fi; '
         "trap 'exit 0' TERM; "
         # the guard: at the deadline (on /proc/uptime, in whole seconds), SIGKILL to every process
         # but PID 1, then SIGTERM to PID 1 (init, or this shell when init is off; both exit on it).
@@ -116,9 +122,6 @@ def _launcher() -> str:
         '(read -r u _ </proc/uptime; end=$((${u%%.*} + $3)); '
         'while read -r u _ </proc/uptime; [ "${u%%.*}" -lt "$end" ]; do sleep $((end - ${u%%.*})); done; '
         'kill -9 -1; kill -TERM 1) </dev/null >/dev/null 2>&1 & '
-        # not exec'd: with init off the runner would be PID 1, which the guard cannot kill (the
-        # runner ignores SIGTERM); as a child of this shell it dies with `kill -9 -1`
-        'if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then "$1" -I -S -c "$2"; exit; fi; '
         f"printf '{octal}%s' '{frame.decode()}'; "
         # no python: hold the container until the owner's attach ends; a stray TERM (`kill 1`
         # forwarded by init) only interrupts `wait`, and the loop waits again
@@ -171,7 +174,9 @@ class ContainerConfig(EnvironmentConfig):
     tmpfs: dict[str, str] = Field(default_factory=dict)
     """Extra tmpfs mounts: ``{path: options}``, e.g. ``{"/cache": "size=256m"}``."""
     init: bool = True
-    """Run an init process (docker-init/catatonit) as PID 1: reaps zombies, forwards signals."""
+    """With the exec fallback (``runner: exec``), run an init process (docker-init/catatonit) as
+    PID 1: reaps zombies, forwards signals. With the runner, the runner itself is PID 1 (it reaps
+    zombies, and no other process then holds its pipes)."""
     max_lifetime: float = Field(86400.0, gt=0)
     """Seconds after which the container ends by itself, whatever happens to its owner."""
     hostname: str = "swe-sandbox"
@@ -288,7 +293,7 @@ class ContainerEnvironment(Environment):
             environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **self._home()}),
             working_dir=cfg.mount_point,
             hostname=cfg.hostname,
-            init=cfg.init,
+            init=cfg.init and cfg.runner == "exec",  # else the runner is PID 1 (see _launcher)
             network=cfg.network,
             cap_add=[] if self.non_root else list(cfg.cap_add),
             cap_drop=list(cfg.cap_drop),
@@ -331,16 +336,16 @@ class ContainerEnvironment(Environment):
         self._started_at = time.monotonic()  # before the guard's clock starts: max_lifetime is never early
         cid = self._create()
         cli_env = self.engine.cli_env()
-        channel = spawn_runner(self.engine.attach_argv(cid), cli_env)
+        channel = spawn_runner(self.engine.attach_argv(cid), cli_env, max_lifetime=self.config.max_lifetime)
         try:
-            first = channel.recv(self.config.start_timeout)
+            first = channel.recv(self.config.start_timeout, unauthenticated=(NOPYTHON_FRAME["op"],))
         except SandboxDied:
             why = channel.diagnose() or self.describe_state()
             channel.close(wait=0.5)
             self._stop()
             raise SandboxStartError(f"{self.engine.name}: the container did not start: {why}") from None
         if first.get("op") != NOPYTHON_FRAME["op"]:
-            unread_frame(channel, first)
+            channel.push_back(first)
             self.mode = "runner"
             return channel
         if self.config.runner == "python":
@@ -521,12 +526,6 @@ def _remove_quietly(engine: Engine, cid: str) -> None:
         engine.remove(cid)
     except Exception:  # noqa: BLE001 - best effort at interpreter exit
         pass
-
-
-def unread_frame(channel: Channel, frame: dict[str, Any]) -> None:
-    """Put a frame read from ``channel`` back in front of its buffer (it is read again next)."""
-    data = json.dumps(frame).encode()
-    channel._buf[0:0] = struct.pack(">I", len(data)) + data
 
 
 def describe(state: dict[str, Any] | None) -> str:

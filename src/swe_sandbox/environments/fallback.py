@@ -26,7 +26,10 @@ What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybo
   ``DRAIN_MAX_S`` to reach end of file, then background jobs still holding the pipe are handed to a
   detached discarding reader (no ``EPIPE`` for them, no waiting for them);
 - reports on the exec's stderr one status line ``swe-sandbox-status rc=N timed_out=0|1 ...``; the
-  command's own stderr never goes there. A missing status line means the sandbox died.
+  command's own stderr never goes there. A missing status line means the sandbox died. The wrapper
+  is a shell the command could reach, so its status is checked against what the command cannot
+  touch: the exec's own exit status, as the engine or sshd reports it. A second status line or a
+  code that disagrees is a ``ProtocolError``, never a result.
 
 What it cannot do like the runner (the conformance suite declares these as strict xfails): there
 is no process living across commands, so "the sandbox vanished between commands" can only be seen
@@ -49,6 +52,9 @@ from swe_sandbox.environments.base import HOST_GRACE_S, Channel
 from swe_sandbox.errors import ProtocolError, SandboxDied
 
 STATUS_PREFIX = "swe-sandbox-status "
+#: Why a status that disagrees with the transport is refused (the result would not be the command's).
+FORGED_STATUS = ("the exec fallback's status was tampered with from inside the sandbox; "
+                 "the sandbox is no longer trusted")
 #: ``argv[0]`` of the fallback script inside the sandbox (shows up in ``ps``).
 SCRIPT_NAME = "swe-sandbox-exec"
 
@@ -195,10 +201,16 @@ def trace_path(trace_dir: str, run_id: str) -> str:
 
 
 def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
-    """Return the script's status fields (None when missing) and the rest of stderr."""
+    """Return the script's status fields (None when missing) and the rest of stderr.
+
+    Raises:
+        ProtocolError: more than one status line (a command wrote one into its wrapper's stderr).
+    """
     status, rest = None, []
     for line in stderr.decode("utf-8", "replace").splitlines():
         if line.startswith(STATUS_PREFIX):
+            if status is not None:
+                raise ProtocolError(FORGED_STATUS + " (two status lines)")
             status = dict(kv.partition("=")[::2] for kv in line[len(STATUS_PREFIX):].split())
         elif line.strip():
             rest.append(line)
@@ -326,7 +338,9 @@ class ExecFallbackChannel(Channel):
             if status is not None and "error" in status:
                 raise ProtocolError(f"the exec fallback failed in the sandbox: {status['error']} ({stderr.strip()})")
             raise SandboxDied(f"the sandbox is gone ({why})")
-        rc = int(status["rc"])
+        rc = _status_code(status)
+        if rc != code:  # the exit status comes from the engine / sshd, out of the commands' reach
+            raise ProtocolError(f"{FORGED_STATUS} (status rc={status['rc']}, exit status {code})")
         if status.get("bad_cwd") == "1":  # the script's one line says why, as the runner's would
             msg = bytes(buf.head).decode("utf-8", "replace").strip()
             return runner.Runner.result(None, None, 1, msg, started, buf)
@@ -353,6 +367,18 @@ class ExecFallbackChannel(Channel):
                 if not data:
                     return True
                 buf.feed(data)
+
+
+def _status_code(status: dict[str, str]) -> int:
+    """The status line's ``rc`` as an int in 0..255.
+
+    Raises:
+        ProtocolError: anything else.
+    """
+    rc = status["rc"]
+    if not rc.isdigit() or int(rc) > 255:
+        raise ProtocolError(f"{FORGED_STATUS} (rc={rc[:20]!r})")
+    return int(rc)
 
 
 def _uptime_cs() -> int:

@@ -39,7 +39,7 @@ from pydantic import Field, SecretStr
 
 from swe_sandbox.config import EnvironmentConfig, validate
 from swe_sandbox.environments import ssh_files
-from swe_sandbox.environments.base import Channel, Environment, runner_payload
+from swe_sandbox.environments.base import Channel, Environment
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
 from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
 from swe_sandbox.environments.ssh_bwrap import BWRAP_BASE_ENV, RemoteBwrap
@@ -222,10 +222,7 @@ class SshEnvironment(Environment):
         except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
             raise SandboxStartError(f"cannot open an SSH channel on {link.where}: {exc}") from None
         channel = self._runner = SshChannel(chan, link)
-        try:
-            channel._write(runner_payload())
-        except OSError:
-            pass  # it died at once; the ready wait reports why
+        channel.start_runner()
         return channel
 
     def _start_exec(self, argv: list[str]) -> RemoteProcess:
