@@ -5,7 +5,8 @@
 #
 # Idempotent, needs root, never reads stdin; when everything is already up it only checks (~1 s).
 #  1. installs from Debian's packages what is missing: docker.io podman runc catatonit bubblewrap
-#     openssh-server debootstrap busybox-static (services are not started by the packages);
+#     libseccomp2 (bwrap's seccomp filter, through pyseccomp) openssh-server debootstrap
+#     busybox-static (services are not started by the packages);
 #  2. starts the Docker daemon when none answers (no systemd needed: dockerd in the background,
 #     log in $LOG_DIR/dockerd.log) and waits until `docker info` answers;
 #  3. Podman: checks that a container starts with the configured OCI runtime; where it does not
@@ -30,7 +31,7 @@ STATE_DIR=/run/swe-sandbox
 BUILD_IMAGES=1
 [ "${1:-}" = "--no-images" ] && BUILD_IMAGES=0
 
-PACKAGES=(docker.io podman runc catatonit bubblewrap openssh-server debootstrap busybox-static)
+PACKAGES=(docker.io podman runc catatonit bubblewrap libseccomp2 openssh-server debootstrap busybox-static)
 
 T0=${EPOCHREALTIME/./}
 log() { local t=$(( (${EPOCHREALTIME/./} - T0) / 100000 )); printf 'setup-engines [%d.%ds]: %s\n' $((t / 10)) $((t % 10)) "$*" >&2; }

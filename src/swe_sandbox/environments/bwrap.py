@@ -1,35 +1,85 @@
 """Backend ``bwrap``: one long-lived bubblewrap sandbox per environment, the runner inside.
 
-Policy (DESIGN.md §5): every namespace unshared (user, pid, net, ipc, uts, cgroup), all
-capabilities dropped, ``--die-with-parent``, a new session, only the variables of
-``sandbox_env()``; the host's system directories read-only, ``/etc/shadow`` and ``/etc/gshadow``
-masked, the root read-only; writable are only the workspace (a host directory, mounted at
-``mount_point``) and private ``/tmp`` and ``/var/tmp``. No network, not even the host's loopback.
+Policy (DESIGN.md §5): every namespace unshared (user, pid, net, ipc, uts, cgroup) and no new user
+namespace inside (``--disable-userns``), all capabilities dropped, ``--die-with-parent``, a new
+session, only the variables of ``sandbox_env()``; the host's system directories read-only,
+``/etc/shadow``, ``/etc/gshadow`` and ``/etc/ssh`` masked, the root read-only; kernel interfaces as
+Docker leaves them (``PROC_READ_ONLY`` read-only, ``PROC_MASKED`` empty, no ``/sys`` at all);
+writable are only the workspace (a host directory, mounted at ``mount_point``) and private,
+size-bounded ``/tmp``, ``/var/tmp`` and ``/dev/shm``. No network, not even the host's loopback.
+
+Run by root, bwrap itself runs as an unprivileged host uid (``host_uid``), so the sandbox's root
+is that uid, never host root. The runner is PID 1 (``--as-pid-1``): no bwrap init inside holds its
+pipes. ``LAUNCHER`` sets the RLIMITs, hands bwrap the seccomp filter (``bwrap_seccomp``) and
+drops privileges, then execs bwrap.
 """
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import json
 import os
 import posixpath
+import pwd
+import re
+import resource
 import shutil
 import stat
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import IO
 
 from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments import hostcopy
+from swe_sandbox.environments import bwrap_seccomp, hostcopy
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
-from swe_sandbox.errors import BackendUnavailable, ConfigError
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/ssh")
+#: moby's defaults (oci/defaults.go, ``DefaultLinuxSpec``): MaskedPaths under /proc (/sys is not
+#: mounted at all here, /sys/firmware with it) and ReadonlyPaths.
+PROC_MASKED = ("/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+               "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi")
+PROC_READ_ONLY = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
+#: Hidden inside: an empty read-only directory, or /dev/null (the /proc ones as this host has them).
+MASKED_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/ssh", *PROC_MASKED)
 RESERVED_MOUNTS = ("/", *SYSTEM_DIRS, "/proc", "/dev", "/tmp", "/var/tmp", "/sys", "/run")
+#: Oldest bubblewrap with every option used here (``--disable-userns``: 0.8.0; ``--size``: 0.7.0).
+MIN_BWRAP = (0, 8, 0)
+#: Host uids handed out to sandboxes of a root process, one per live sandbox (a lock file each in
+#: ``_lock_dir()``): above systemd's and the usual subordinate-id ranges, below 2**31.
+UID_POOL_START, UID_POOL_SIZE = 2_000_000_000, 65536
+SHM_SIZE = 64 << 20  # /dev/shm, bytes (Docker's default shm-size)
+SECCOMP_FD = 3  # where LAUNCHER hands bwrap the seccomp filter
+GiB = 1 << 30
+
+#: ``python -I -S -c LAUNCHER SPEC BWRAP ARGS...``: SPEC (JSON) gives ``rlimits`` ([[name, value]],
+#: soft = hard), ``bpf`` (hex, or null) put on ``seccomp_fd``, ``uid`` and ``gid`` (or null) to drop to
+#: (no supplementary groups); then bwrap is exec'd (same pid: its parent stays this process).
+LAUNCHER = r"""
+import json, os, resource, sys
+spec = json.loads(sys.argv[1])
+for name, value in spec["rlimits"]:
+    resource.setrlimit(getattr(resource, name), (value, value))
+if spec["bpf"] is not None:
+    fd = os.memfd_create("swe-sandbox-seccomp", 0)
+    os.write(fd, bytes.fromhex(spec["bpf"]))
+    os.lseek(fd, 0, os.SEEK_SET)
+    if fd != spec["seccomp_fd"]:
+        os.dup2(fd, spec["seccomp_fd"])
+        os.close(fd)
+    os.set_inheritable(spec["seccomp_fd"], True)
+if spec["uid"] is not None:
+    os.setgroups([])
+    os.setresgid(spec["gid"], spec["gid"], spec["gid"])
+    os.setresuid(spec["uid"], spec["uid"], spec["uid"])
+os.execv(sys.argv[2], sys.argv[2:])
+"""
 
 
 class BwrapConfig(EnvironmentConfig):
@@ -37,17 +87,40 @@ class BwrapConfig(EnvironmentConfig):
 
     backend: str = "bwrap"
     workspace: str | None = None
-    """Host directory mounted read-write at ``mount_point``; None: a fresh temporary one, removed at close."""
+    """Host directory mounted read-write at ``mount_point``; None: a fresh temporary one, removed at close.
+    Run by root, the sandbox's host uid (``host_uid``) must be able to write it: else it is refused."""
     mount_point: str = "/workspace"
     """Where the workspace appears inside the sandbox; the default working directory."""
     ro_binds: list[str] = Field(default_factory=list)
-    """Extra host paths made visible read-only at the same path."""
+    """Extra host paths made visible read-only at the same path (readable by the sandbox's host uid)."""
     share_net: bool = False
     """Keep the host's network (off by default: no network at all)."""
     python: str = ""
     """Interpreter for the runner inside; empty: ``python3`` from the system, else this process's own (bound read-only)."""
     bwrap_path: str = "bwrap"
     """The bubblewrap binary (looked up in the host's PATH, never the sandbox's)."""
+    host_uid: int | None = Field(None, gt=0)
+    """Host uid the sandbox runs as when this process is root (the sandbox's uid 0 is this uid; never
+    0). None: the owner of ``workspace`` when that is not root, else a uid of the sandbox's own from
+    ``UID_POOL_START`` on (no other sandbox shares it, nor its process limit). Not root: bwrap runs
+    as this process's uid, and only that uid is accepted here."""
+    seccomp: bool = True
+    """Load the seccomp filter of ``bwrap_seccomp`` (Docker's default denials); needs pyseccomp and
+    libseccomp (the sandbox does not start without them while this is true)."""
+    max_processes: int | None = Field(1024, gt=0)
+    """RLIMIT_NPROC: processes and threads of the sandbox's host uid, counted host-wide by the kernel.
+    Set only when this process is root: with a uid of the sandbox's own (the default) that is the
+    sandbox's; with ``host_uid`` or a workspace owner's uid, that user's other processes count too.
+    None: no limit."""
+    max_memory_bytes: int | None = Field(4 * GiB, gt=0)
+    """RLIMIT_DATA, bytes, per process (heap and private writable mappings; address-space
+    reservations of JVMs, Go or V8 do not count). None: no limit."""
+    max_file_size_bytes: int | None = Field(16 * GiB, gt=0)
+    """RLIMIT_FSIZE: largest file a process may write, bytes (the workspace's disk use is not bounded)."""
+    max_open_files: int | None = Field(8192, gt=0, le=1 << 20)
+    """RLIMIT_NOFILE: open descriptors per process."""
+    tmp_size_bytes: int = Field(GiB, gt=0)
+    """Size of each of the tmpfs ``/tmp`` and ``/var/tmp``, bytes (memory of the host); /dev/shm has ``SHM_SIZE``."""
 
     @field_validator("mount_point")
     @classmethod
@@ -59,46 +132,188 @@ class BwrapConfig(EnvironmentConfig):
         return norm
 
 
+def _bwrap_version(path: str) -> tuple[int, ...]:
+    """The version of the bubblewrap at ``path``, e.g. ``(0, 8, 0)``; ``()`` when it does not tell."""
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    match = re.search(r"(\d+)\.(\d+)\.(\d+)", out)
+    return tuple(int(part) for part in match.groups()) if match else ()
+
+
 @functools.lru_cache(maxsize=None)
-def _probe(bwrap: str) -> str | None:
+def _probe(bwrap: str, uid: int | None) -> str | None:
+    """Why bubblewrap cannot run here, started as the sandbox will be (through ``LAUNCHER``, as host
+    ``uid`` when not None); None when it can."""
     path = shutil.which(bwrap)
     if path is None:
         return f"bubblewrap ({bwrap}) is not installed; on Debian: apt-get install bubblewrap"
-    probe = [path, "--unshare-all", "--unshare-user", "--ro-bind", "/", "/", "--", "true"]
+    version = _bwrap_version(path)
+    if version < MIN_BWRAP:
+        found = ".".join(map(str, version)) or "unknown"
+        return f"bubblewrap >= {'.'.join(map(str, MIN_BWRAP))} is needed ({path} is {found})"
+    policy = ["--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1", "--ro-bind", "/", "/"]
+    ids = None if uid is None else (uid, uid)
+    probe = launch_argv([path, *policy, *(["--uid", "0", "--gid", "0"] if ids else []), "--", "true"],
+                        rlimits=[], ids=ids, bpf=None)
     try:
         done = subprocess.run(probe, capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap failed to run: {exc}"
     if done.returncode != 0:
+        who = f" as host uid {uid}" if uid is not None else ""
         why = done.stderr.decode(errors="replace").strip()
-        return f"bubblewrap cannot create its namespaces here (user namespaces disabled?): {why}"
+        return f"bubblewrap cannot create its namespaces here{who} (unprivileged user namespaces disabled?): {why}"
     return None
+
+
+def launch_argv(bwrap_argv: list[str], *, rlimits: list[tuple[str, int]], ids: tuple[int, int] | None,
+                bpf: bytes | None) -> list[str]:
+    """``bwrap_argv`` (its first word a full path) behind ``LAUNCHER``: RLIMITs, the seccomp BPF on
+    ``SECCOMP_FD``, then host ``ids`` (uid, gid) if not None."""
+    spec = {"rlimits": rlimits, "bpf": None if bpf is None else bpf.hex(), "seccomp_fd": SECCOMP_FD,
+            "uid": ids and ids[0], "gid": ids and ids[1]}
+    python = sys.executable or shutil.which("python3") or "python3"
+    return [python, "-I", "-S", "-c", LAUNCHER, json.dumps(spec), *bwrap_argv]
+
+
+def _lock_dir() -> str:
+    """Root's directory of the uid pool's lock files (made on first use).
+
+    Raises:
+        SandboxStartError: it exists but is not a directory of root's that only root can write.
+    """
+    path = os.path.join("/run" if os.path.isdir("/run") else tempfile.gettempdir(), "swe-sandbox-uids")
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise SandboxStartError(f"{path}: must be a directory of root's that only root can write (uid locks)")
+    return path
+
+
+def _lock_pool_uid() -> tuple[int, IO[bytes]]:
+    """A host uid from the pool that no live sandbox and no user of /etc/passwd holds, and the open
+    lock file that holds it (closing it, or this process ending, frees the uid).
+
+    Raises:
+        SandboxStartError: every uid of the pool is taken.
+    """
+    dir_fd = os.open(_lock_dir(), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for uid in range(UID_POOL_START, UID_POOL_START + UID_POOL_SIZE):
+            if _has_passwd_entry(uid):
+                continue
+            fd = os.open(str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            return uid, os.fdopen(fd, "rb")
+    finally:
+        os.close(dir_fd)
+    raise SandboxStartError(f"all {UID_POOL_SIZE} host uids from {UID_POOL_START} are held by live sandboxes")
+
+
+def _has_passwd_entry(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+def _requested_ids(config: BwrapConfig) -> tuple[int, int] | None:
+    """Host ``(uid, gid)`` a root process runs the sandbox as, when the config decides it (``host_uid``,
+    or a workspace's non-root owner); None: a uid of the pool. The gid is never 0."""
+    if config.host_uid is not None:
+        try:
+            gid = pwd.getpwuid(config.host_uid).pw_gid
+        except KeyError:
+            gid = 0
+        return config.host_uid, gid or config.host_uid
+    if config.workspace is not None:
+        st = os.stat(config.workspace)
+        if st.st_uid != 0:
+            return st.st_uid, st.st_gid or st.st_uid
+    return None
+
+
+def _check_writable(path: str, ids: tuple[int, int] | None) -> None:
+    """Refuse a workspace the sandbox's host ``ids`` (None: a pool uid, a stranger to it) cannot write,
+    or reach (bwrap, running as that uid, opens it by path): mode bits of it and its parents (owner,
+    group or others; ACLs are not read).
+
+    Raises:
+        ConfigError: names the field and why.
+    """
+    real, (uid, gid) = os.path.realpath(path), ids or (None, None)
+    for where, need in [(real, 0o3)] + [(str(parent), 0o1) for parent in Path(real).parents]:
+        st = os.stat(where)
+        shift = 6 if st.st_uid == uid else 3 if st.st_gid == gid else 0
+        if (st.st_mode >> shift) & need != need:
+            break
+    else:
+        return
+    who = f"host uid {uid}" if uid is not None else f"an unprivileged host uid of its own (from {UID_POOL_START})"
+    what = "write" if where == real else "search its parent"
+    raise ConfigError(
+        f"environment.workspace: {path}: the sandbox runs as {who}, never as root, and cannot {what} {where} "
+        f"(owner uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); give the directory to an unprivileged user "
+        f"(the sandbox then runs as its owner), somewhere it can reach, or set environment.host_uid to a uid "
+        f"that can write it")
 
 
 class BwrapEnvironment(Environment):
     """Commands run inside one bubblewrap sandbox (Linux namespaces, no root needed)."""
 
     config_class = BwrapConfig
-    isolation = "namespaces: own pid/net/ipc/uts/user, no network, read-only system, writable workspace and /tmp"
+    isolation = ("namespaces: own pid/net/ipc/uts/user (root inside is an unprivileged host uid), no network, "
+                 "seccomp, process/memory/file limits, read-only system, writable workspace and /tmp")
     config: BwrapConfig
 
     def __init__(self, config: BwrapConfig):
         super().__init__(config)
         self._tmp_workspace: str | None = None
+        self._uid_lock: IO[bytes] | None = None
         if config.workspace is not None and not Path(config.workspace).is_dir():
             raise ConfigError(f"environment.workspace: {config.workspace} is not a directory")
+        self._switch = os.geteuid() == 0
+        self._ids: tuple[int, int] | None = None
+        if self._switch:
+            self._ids = _requested_ids(config)
+            if config.workspace is not None:
+                _check_writable(config.workspace, self._ids)
+        elif config.host_uid not in (None, os.getuid()):
+            raise ConfigError(f"environment.host_uid: only a root process can run the sandbox as another uid "
+                              f"(this one is uid {os.getuid()})")
 
     @classmethod
     def unavailable_reason(cls, bwrap: str = "bwrap") -> str | None:
-        return _probe(bwrap)
+        return _probe(bwrap, UID_POOL_START if os.geteuid() == 0 else None)
+
+    def host_ids(self) -> tuple[int, int] | None:
+        """Host ``(uid, gid)`` the sandbox runs as when this process is root (a pool uid is taken on
+        first call, held until close); None when not root (bwrap runs as this process)."""
+        if self._switch and self._ids is None:
+            uid, self._uid_lock = _lock_pool_uid()
+            self._ids = (uid, uid)
+        return self._ids if self._switch else None
 
     @property
     def workspace(self) -> Path:
-        """The host directory behind ``mount_point``."""
+        """The host directory behind ``mount_point`` (a temporary one belongs to the sandbox's uid)."""
         if self.config.workspace is not None:
             return Path(self.config.workspace)
         if self._tmp_workspace is None:
+            ids = self.host_ids()
             self._tmp_workspace = tempfile.mkdtemp(prefix="swe-sandbox-bwrap-")
+            if ids is not None:
+                os.chown(self._tmp_workspace, *ids)
         return Path(self._tmp_workspace)
 
     def _python(self) -> tuple[str, list[str]]:
@@ -110,47 +325,83 @@ class BwrapEnvironment(Environment):
         prefix = os.path.realpath(sys.base_prefix)
         return os.path.realpath(sys.executable), ["--ro-bind", prefix, prefix]
 
-    def bwrap_argv(self) -> list[str]:
-        """The full bubblewrap command line (useful to debug the policy)."""
+    def bwrap_argv(self, *, seccomp_fd: int | None = None, uid0: bool = False) -> list[str]:
+        """The full bubblewrap command line (useful to debug the policy).
+
+        Args:
+            seccomp_fd: descriptor bwrap reads the seccomp BPF from (None: no filter).
+            uid0: map the sandbox's uid and gid 0 to the (unprivileged) uid bwrap runs as.
+        """
         cfg = self.config
-        argv = [cfg.bwrap_path, "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
-                "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
-        if cfg.share_net:
-            argv.append("--share-net")
-        for path in SYSTEM_DIRS:
-            if os.path.islink(path):
-                argv += ["--symlink", os.readlink(path), path]
-            elif os.path.isdir(path):
-                argv += ["--ro-bind", path, path]
-        for path in MASKED_FILES:
-            if os.path.isdir(path):
-                argv += ["--tmpfs", path]
-            elif os.path.exists(path):
-                argv += ["--ro-bind", "/dev/null", path]
+        argv = [cfg.bwrap_path, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
+                "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
+        argv += ["--uid", "0", "--gid", "0"] if uid0 else []
+        argv += ["--share-net"] if cfg.share_net else []
+        argv += _system_binds()
         for path in cfg.ro_binds:
             argv += ["--ro-bind", path, path]
         python, binds = self._python()
-        argv += binds
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp",
-                 "--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/",
-                 "--chdir", cfg.mount_point, "--", python, "-c", BOOTSTRAP]
-        return argv
+        argv += binds + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
+        for path, size in (("/dev/shm", SHM_SIZE), ("/tmp", cfg.tmp_size_bytes), ("/var/tmp", cfg.tmp_size_bytes)):
+            argv += ["--size", str(size), "--tmpfs", path]
+        argv += ["--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
+        argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+        return argv + ["--chdir", cfg.mount_point, "--", python, "-c", BOOTSTRAP]
 
     def _open_channel(self) -> Channel:
-        reason = self.unavailable_reason(self.config.bwrap_path)
+        cfg = self.config
+        reason = self.unavailable_reason(cfg.bwrap_path)
         if reason:
             raise BackendUnavailable(reason)
-        argv = self.bwrap_argv()
+        bpf = self._seccomp_bpf()
+        ids = self.host_ids()
+        argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
         argv[0] = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
+        launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
         base = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
-        return spawn_runner(argv, self.sandbox_env(base))
+        return spawn_runner(launch, self.sandbox_env(base))
+
+    def _seccomp_bpf(self) -> bytes | None:
+        """The seccomp filter's BPF, or None with ``seccomp: false``.
+
+        Raises:
+            BackendUnavailable: pyseccomp or libseccomp is missing (says what to install).
+        """
+        if not self.config.seccomp:
+            return None
+        try:
+            return bwrap_seccomp.filter_bpf()
+        except bwrap_seccomp.SeccompUnavailable as exc:
+            raise BackendUnavailable(f"environment.seccomp: {exc}") from None
+
+    def _rlimits(self) -> list[tuple[str, int]]:
+        """``(resource name, value)`` set as soft and hard limit on bwrap (and all it starts). Not
+        root: no RLIMIT_NPROC (it would count this user's every process), the rest capped at the hard
+        limits in force."""
+        cfg = self.config
+        wanted = [("RLIMIT_NPROC", cfg.max_processes if self._switch else None), ("RLIMIT_DATA", cfg.max_memory_bytes),
+                  ("RLIMIT_FSIZE", cfg.max_file_size_bytes), ("RLIMIT_NOFILE", cfg.max_open_files), ("RLIMIT_CORE", 0)]
+        limits = []
+        for name, value in wanted:
+            if value is None:
+                continue
+            hard = resource.getrlimit(getattr(resource, name))[1]
+            if not self._switch and hard != resource.RLIM_INFINITY:
+                value = min(value, hard)
+            limits.append((name, value))
+        return limits
 
     def _stop(self) -> None:
-        if self._tmp_workspace is not None:
-            shutil.rmtree(self._tmp_workspace, ignore_errors=True)
-            self._tmp_workspace = None
-        elif self.config.workspace is not None:
-            strip_setid_bits(Path(self.config.workspace))
+        try:
+            if self._tmp_workspace is not None:
+                shutil.rmtree(self._tmp_workspace, ignore_errors=True)
+                self._tmp_workspace = None
+            elif self.config.workspace is not None:
+                strip_setid_bits(Path(self.config.workspace))
+        finally:
+            if self._uid_lock is not None:  # every process of the sandbox is gone: the uid is free again
+                self._uid_lock.close()
+                self._uid_lock, self._ids = None, None  # a restart takes a pool uid again
 
     def _workspace_rel(self, path: str) -> str:
         """Sandbox ``path`` (absolute) as a path relative to the workspace mount.
@@ -165,9 +416,10 @@ class BwrapEnvironment(Environment):
         return "" if rel == "." else rel
 
     def _upload(self, src: Path, dst: str) -> None:
-        """Copy host ``src`` to ``dst`` under the workspace mount; never through a link (``hostcopy``)."""
+        """Copy host ``src`` to ``dst`` under the workspace mount; never through a link (``hostcopy``).
+        What it creates belongs to the sandbox's host uid, so commands can change it."""
         hostcopy.copy(hostcopy.HOST_ROOT, hostcopy.host_rel(src, follow_last=False), self.workspace,
-                      self._workspace_rel(dst))
+                      self._workspace_rel(dst), owner=self.host_ids())
 
     def _download(self, src: str, dst: Path) -> None:
         """Copy ``src`` under the workspace mount to host ``dst``; never through a link (``hostcopy``)."""
@@ -175,15 +427,59 @@ class BwrapEnvironment(Environment):
                       limit=self.config.max_download_bytes, source=src)
 
 
-def strip_setid_bits(root: Path) -> None:
-    """Clear setuid/setgid bits a sandbox left in a host workspace (its files are the caller's)."""
-    for dirpath, dirs, files in os.walk(root):
-        for name in dirs + files:
-            path = os.path.join(dirpath, name)
-            try:
-                mode = os.lstat(path).st_mode
-                if mode & (stat.S_ISUID | stat.S_ISGID) and not stat.S_ISLNK(mode):
-                    os.chmod(path, mode & ~(stat.S_ISUID | stat.S_ISGID) & 0o7777)
-            except OSError:
-                pass
+def _system_binds() -> list[str]:
+    """The host's system directories read-only, ``MASKED_FILES`` outside /proc hidden."""
+    argv = []
+    for path in SYSTEM_DIRS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    return argv + _masks([path for path in MASKED_FILES if not path.startswith("/proc/")])
 
+
+def _proc_policy() -> list[str]:
+    """After ``--proc``: ``PROC_READ_ONLY`` bound read-only over themselves (their content depends on
+    the reader, not on the proc mount), ``PROC_MASKED`` hidden as this host has them."""
+    argv = []
+    for path in PROC_READ_ONLY:
+        argv += ["--ro-bind-try", path, path]
+    return argv + _masks([path for path in MASKED_FILES if path.startswith("/proc/")])
+
+
+def _masks(paths: list[str]) -> list[str]:
+    """A directory becomes an empty read-only tmpfs, a file /dev/null; a missing path is skipped."""
+    argv = []
+    for path in paths:
+        if os.path.isdir(path):
+            argv += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+        elif os.path.exists(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    return argv
+
+
+def strip_setid_bits(root: Path) -> None:
+    """Clear setuid/setgid bits a sandbox left in a host workspace, through descriptors only: the walk
+    never follows a link (``os.fwalk``), each entry is opened O_NOFOLLOW and changed with fchmod."""
+    try:
+        for _, dirs, files, dir_fd in os.fwalk(root, follow_symlinks=False):
+            for name in [".", *dirs, *files]:
+                try:
+                    mode = os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode
+                    if mode & (stat.S_ISUID | stat.S_ISGID) and (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+                        _clear_setid(name, dir_fd)
+                except OSError:
+                    pass  # gone or changed since it was listed
+    except OSError:
+        pass  # the workspace itself is gone
+
+
+def _clear_setid(name: str, dir_fd: int) -> None:
+    """fchmod the regular file or directory ``name`` (opened below ``dir_fd``, no link) without setid bits."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            os.chmod(fd, stat.S_IMODE(st.st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+    finally:
+        os.close(fd)

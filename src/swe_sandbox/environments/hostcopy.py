@@ -58,7 +58,7 @@ class Budget:
 
 
 def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: int | None = None,
-         source: str | None = None) -> None:
+         source: str | None = None, owner: tuple[int, int] | None = None) -> None:
     """Copy ``src_root/src_rel`` to ``dst_root/dst_rel``, following no link below either root.
 
     ``src_rel`` / ``dst_rel`` are relative POSIX paths (``""``: the root itself). Missing parents
@@ -69,6 +69,8 @@ def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: i
         limit: the most bytes the copy may write (a download's ``max_download_bytes``); ``None``:
             no limit (an upload).
         source: how errors name the source (the sandbox's path); default ``src_root/src_rel``.
+        owner: ``(uid, gid)`` given to every entry the copy creates, through the entry's own
+            descriptor (bwrap run by root: its sandbox's unprivileged uid); existing entries keep theirs.
 
     Raises:
         FileNotFoundError: the source does not exist (nothing is created).
@@ -88,9 +90,9 @@ def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: i
             raise FileNotFoundError(errno.ENOENT, "no such file or directory", str(src_root / src_rel)) from None
         if limit is not None:
             budget.need(_measure(src_dir, name, st, limit), budget.source)
-        copier = _Copier(budget, dst_root)
+        copier = _Copier(budget, dst_root, owner)
         try:
-            dst_dir = _walk(dst_root, dst_parts[:-1], create=True, made=copier.made)
+            dst_dir = _walk(dst_root, dst_parts[:-1], create=True, made=copier.made, owner=owner)
             try:
                 target = dst_parts[-1] if dst_parts else "."
                 where = dst_parts
@@ -135,15 +137,18 @@ def _parts(rel: str) -> list[str]:
     return parts
 
 
-def _walk(root: Path, parts: list[str], create: bool, made: list[list[str]] | None = None) -> int:
+def _walk(root: Path, parts: list[str], create: bool, made: list[list[str]] | None = None,
+          owner: tuple[int, int] | None = None) -> int:
     """A descriptor of ``root/parts...``: the root is opened as given, nothing below follows a link.
-    With ``create``, missing directories are made (and listed in ``made``)."""
+    With ``create``, missing directories are made (listed in ``made``, given to ``owner``)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for i, part in enumerate(parts):
+            new = False
             if create:
                 try:
                     os.mkdir(part, 0o755, dir_fd=fd)
+                    new = True
                     if made is not None:
                         made.append(parts[: i + 1])
                 except FileExistsError:
@@ -158,6 +163,8 @@ def _walk(root: Path, parts: list[str], create: bool, made: list[list[str]] | No
                 raise
             os.close(fd)
             fd = nxt
+            if new and owner:
+                os.fchown(fd, *owner)
     except BaseException:
         os.close(fd)
         raise
@@ -215,8 +222,8 @@ def _measure(dir_fd: int, name: str, st: os.stat_result, limit: int) -> int:
 class _Copier:
     """One copy: its byte budget, and what it created (``made``: paths below ``dst_root``)."""
 
-    def __init__(self, budget: Budget, dst_root: Path):
-        self.budget, self.dst_root = budget, dst_root
+    def __init__(self, budget: Budget, dst_root: Path, owner: tuple[int, int] | None = None):
+        self.budget, self.dst_root, self.owner = budget, dst_root, owner
         self.made: list[list[str]] = []
 
     def undo(self) -> None:
@@ -246,6 +253,8 @@ class _Copier:
             _clear(target, dst_dir, keep_dir=False)
             os.symlink(link, target, dir_fd=dst_dir)
             self.made.append(where)
+            if self.owner:
+                os.chown(target, *self.owner, dir_fd=dst_dir, follow_symlinks=False)
         elif stat.S_ISDIR(mode):
             self.directory(src_dir, name, dst_dir, target, mode, where, rel)
         elif stat.S_ISREG(mode):
@@ -261,15 +270,19 @@ class _Copier:
                 raise ValueError(f"{name}: changed into a symlink during the copy") from None
             raise
         try:
+            new = False
             if target != ".":
                 _clear(target, dst_dir, keep_dir=True)
                 try:
                     os.mkdir(target, 0o700, dir_fd=dst_dir)
                     self.made.append(where)
+                    new = True
                 except FileExistsError:
                     pass
             inner_dst = os.open(target, _DIR, dir_fd=dst_dir)
             try:
+                if new and self.owner:
+                    os.fchown(inner_dst, *self.owner)
                 for child in sorted(os.listdir(inner_src)):
                     try:
                         st = os.stat(child, dir_fd=inner_src, follow_symlinks=False)
@@ -297,6 +310,8 @@ class _Copier:
             fd_out = os.open(target, _FILE_OUT, 0o600, dir_fd=dst_dir)
             self.made.append(where)
             try:
+                if self.owner:
+                    os.fchown(fd_out, *self.owner)
                 # at most one byte past the room left: more means the file grew past the limit
                 while chunk := os.read(fd_in, min(1 << 20, budget.room() + 1)):
                     budget.spend(len(chunk), path)
