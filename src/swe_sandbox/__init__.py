@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from swe_sandbox.errors import (
     BackendUnavailable,
     ConfigError,
+    DownloadTooLarge,
     InterruptAgentFlow,
     ProtocolError,
     SandboxDied,
@@ -27,6 +28,7 @@ __all__ = [
     "get_environment",
     "BackendUnavailable",
     "ConfigError",
+    "DownloadTooLarge",
     "InterruptAgentFlow",
     "ProtocolError",
     "SandboxDied",
