@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -195,7 +196,30 @@ def workspace_env(make_env: Callable[..., Any], backend: str, tmp_path: Path) ->
     ``read_in_sandbox``, not from ``tmp_path``)."""
     if variant_spec(backend)[0] == "local":
         return make_env(cwd=str(tmp_path))
-    return make_env(workspace=str(tmp_path))
+    return make_env(workspace=str(shareable_workspace(tmp_path)))
+
+
+#: Owner given to test workspaces when the tests run as root: bwrap then runs as this unprivileged
+#: uid (``host_uid``: the workspace's owner) and refuses a workspace that uid cannot write.
+TEST_WORKSPACE_UID = 65534
+
+
+def shareable_workspace(path: Path) -> Path:
+    """``path`` (a fresh directory under pytest's base temp) made fit to be bound as a bwrap workspace.
+
+    As root: owned by ``TEST_WORKSPACE_UID`` (with what is already in it), and pytest's own
+    ``0700`` directories above it made searchable (not readable) by others. Otherwise unchanged.
+    """
+    if os.geteuid() != 0:
+        return path
+    base = Path(tempfile.gettempdir())
+    for parent in path.parents:
+        if parent == base or base not in parent.parents:
+            break
+        os.chmod(parent, os.stat(parent).st_mode & 0o7777 | 0o111)
+    for entry in [path, *path.rglob("*")]:
+        os.chown(entry, TEST_WORKSPACE_UID, TEST_WORKSPACE_UID, follow_symlinks=False)
+    return path
 
 
 def read_in_sandbox(env: Any, path: str) -> str:
