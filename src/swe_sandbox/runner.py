@@ -64,6 +64,8 @@ DRAIN_MAX_S = 0.25
 DRAIN_IDLE_S = 0.05
 #: How often the exit status is polled when no waiter thread could be started (seconds).
 POLL_S = 0.05
+#: How often orphans' zombies are reaped while a command runs (seconds).
+REAP_S = 0.5
 #: Time (seconds) a timeout may spend killing the command's tree; a close may spend four times it.
 KILL_BUDGET_S = 0.3
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
@@ -205,6 +207,22 @@ def proc_stat(pid):
         return None
     fields = stat[stat.rfind(b")") + 2:].split()
     return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+
+
+def children(pid):
+    """Direct children of ``pid`` from /proc/PID/task/*/children (empty where the kernel lacks it)."""
+    kids = []
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return kids
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                kids.extend(int(k) for k in f.read().split())
+        except OSError:
+            pass
+    return kids
 
 
 def descendants(pid):
@@ -453,11 +471,14 @@ class Runner(object):
         sel.register(self.wake_r, selectors.EVENT_READ, "wake")
         eof = timed_out = False
         drain_end = None
-        last_data = time.monotonic()
+        last_data = next_reap = time.monotonic()
         while True:
             now = time.monotonic()
             if polling and proc.poll() is not None:
                 exited.set()
+            if now >= next_reap:  # orphans of background jobs: no zombie pile-up in a long command
+                self.reap(keep=proc.pid)
+                next_reap = now + REAP_S
             if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not self.closing
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
@@ -471,7 +492,7 @@ class Runner(object):
                     drain_end = now + DRAIN_MAX_S
                 if now >= drain_end or now - last_data >= DRAIN_IDLE_S:
                     break
-            waits = [t for t in (deadline, drain_end) if t is not None]
+            waits = [t for t in (deadline, drain_end, next_reap) if t is not None]
             if drain_end is not None:
                 waits.append(last_data + DRAIN_IDLE_S)
             wait_s = max(0.0, min(waits) - now) if waits else None
@@ -538,7 +559,21 @@ class Runner(object):
         }
 
     # -- life cycle ------------------------------------------------------------------------------
-    def reap(self):
+    def reap(self, keep=None):
+        """Reap exited children: orphans re-parented to this runner (a subreaper, or PID 1).
+
+        ``keep``: the running command's shell, whose status its own waiter collects; with it, only
+        zombies among the other children are reaped (from /proc; nothing where it cannot be read).
+        """
+        if keep is not None:
+            for pid in children(os.getpid()):
+                stat = proc_stat(pid) if pid != keep else None
+                if stat is not None and stat[0] == b"Z":
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+            return
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)

@@ -119,3 +119,14 @@ def test_a_sandbox_started_in_a_worker_thread_outlives_the_thread(make_env):
 
     time.sleep(0.5)
     assert env.execute({"command": "echo still here"})["output"] == "still here\n"
+
+
+def test_orphans_are_reaped_while_a_command_runs(make_env):
+    """Background jobs' orphans become zombies of whoever adopted them (the runner: a subreaper, or
+    PID 1); they are reaped during a long command, not only after it, so they never eat the pids limit."""
+    env = make_env()
+    result = env.execute({"command": (
+        'z=/tmp/swzomb$$; cp "$(command -v sleep)" $z; for i in $(seq 50); do ($z 0.01 &); done; sleep 2; '
+        'n=0; for s in /proc/[0-9]*/stat; do case "$(cat $s 2>/dev/null)" in *"(${z##*/}) Z"*) n=$((n+1));; esac; '
+        'done; rm -f $z; echo zombies=$n')}, timeout=30)
+    assert result["output"].strip() == "zombies=0", result
