@@ -56,6 +56,9 @@ BOOTSTRAP = (
     "import sys;b=sys.stdin.buffer;n=int(b.readline());"
     "exec(compile(b.read(n),'swe-sandbox-runner','exec'))"
 )
+#: Interpreter options of the runner, before ``-c BOOTSTRAP``: isolated (neither the working
+#: directory, a workspace a sandbox wrote, nor PYTHON* variables reach its imports) and no ``site``.
+ISOLATED = ("-I", "-S")
 RUN_TOKEN_VAR = "SWE_SANDBOX_RUN"
 CMD_TOKEN_VAR = "SWE_SANDBOX_CMD"
 #: After the shell exits, keep reading output for at most this long (seconds) ...
@@ -66,6 +69,8 @@ DRAIN_IDLE_S = 0.05
 POLL_S = 0.05
 #: How often orphans' zombies are reaped while a command runs (seconds).
 REAP_S = 0.5
+#: How long starting a command's shell is retried while the process limit is full (seconds).
+SPAWN_RETRY_S = 3.0
 #: Time (seconds) a timeout may spend killing the command's tree; a close may spend four times it.
 KILL_BUDGET_S = 0.3
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
@@ -434,7 +439,7 @@ class Runner(object):
         read_fd, write_fd = os.pipe()
         try:
             # bash expands $(< /dev/fd/N) first, then closes N for the command itself.
-            proc = subprocess.Popen(
+            proc = self.spawn(
                 ["bash", "-c", 'eval "$(< /dev/fd/%d)" %d<&-' % (command_fd, command_fd)],
                 stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(command_fd,),
                 cwd=cwd, env=env, start_new_session=True, close_fds=True,
@@ -453,6 +458,19 @@ class Runner(object):
         except BaseException:  # whatever went wrong here, the command's tree does not outlive it
             kill_tree([proc.pid], proc.pid, marker, stat and stat[3], scope=self.scope)
             raise
+
+    def spawn(self, argv, **kwargs):
+        """``subprocess.Popen``, retried for up to ``SPAWN_RETRY_S`` while the process limit is full
+        (EAGAIN: a killed fork bomb's processes are still dying, or zombies wait to be reaped)."""
+        give_up = time.monotonic() + SPAWN_RETRY_S
+        while True:
+            try:
+                return subprocess.Popen(argv, **kwargs)
+            except BlockingIOError:
+                if time.monotonic() >= give_up:
+                    raise
+                self.reap()
+                time.sleep(0.05)
 
     def collect(self, req, proc, read_fd, tags, started):
         buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))

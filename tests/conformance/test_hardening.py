@@ -130,3 +130,16 @@ def test_orphans_are_reaped_while_a_command_runs(make_env):
         'n=0; for s in /proc/[0-9]*/stat; do case "$(cat $s 2>/dev/null)" in *"(${z##*/}) Z"*) n=$((n+1));; esac; '
         'done; rm -f $z; echo zombies=$n')}, timeout=30)
     assert result["output"].strip() == "zombies=0", result
+
+
+PLANTED = ("selectors", "json", "hmac", "hashlib", "subprocess", "threading", "signal", "struct", "tempfile",
+           "sitecustomize", "usercustomize")
+
+
+def test_modules_planted_in_the_workspace_never_reach_the_runner(workspace_env, tmp_path):
+    """A workspace an earlier sandbox wrote (an agent's, then graded in a fresh sandbox) holds
+    ``selectors.py`` & co.: the runner, started there, must import only the standard library."""
+    for name in PLANTED:
+        (tmp_path / f"{name}.py").write_text(f"raise SystemExit('planted {name} was imported')\n")
+    result = workspace_env.execute({"command": "echo real; exit 3"})
+    assert (result["output"], result["returncode"]) == ("real\n", 3), result

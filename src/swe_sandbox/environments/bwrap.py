@@ -38,7 +38,7 @@ from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
-from swe_sandbox.runner import BOOTSTRAP
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: moby's defaults (oci/defaults.go, ``DefaultLinuxSpec``): MaskedPaths under /proc (/sys is not
@@ -346,7 +346,7 @@ class BwrapEnvironment(Environment):
             argv += ["--size", str(size), "--tmpfs", path]
         argv += ["--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
-        return argv + ["--chdir", cfg.mount_point, "--", python, "-c", BOOTSTRAP]
+        return argv + ["--chdir", cfg.mount_point, "--", python, *ISOLATED, "-c", BOOTSTRAP]
 
     def _open_channel(self) -> Channel:
         cfg = self.config

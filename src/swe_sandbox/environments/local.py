@@ -14,7 +14,7 @@ from pathlib import Path
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments import hostcopy
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
-from swe_sandbox.runner import BOOTSTRAP, RUN_TOKEN_VAR, kill_tree
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
 PASSTHROUGH_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -37,7 +37,7 @@ class LocalEnvironment(Environment):
 
     def _open_channel(self) -> Channel:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-        argv = [self.config.python or sys.executable, "-c", BOOTSTRAP]
+        argv = [self.config.python or sys.executable, *ISOLATED, "-c", BOOTSTRAP]
         return spawn_runner(argv, self.sandbox_env(base), cwd=self.config.cwd or None)
 
     def _stop(self) -> None:

@@ -46,7 +46,7 @@ from swe_sandbox.environments.ssh_bwrap import BWRAP_BASE_ENV, RemoteBwrap
 from swe_sandbox.environments.ssh_link import SshLink, connect
 from swe_sandbox.environments.ssh_streams import RemoteProcess, SshChannel
 from swe_sandbox.errors import ConfigError, SandboxDied, SandboxError, SandboxStartError
-from swe_sandbox.runner import BOOTSTRAP, RUN_TOKEN_VAR
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR
 
 #: Kills what commands of one run left (they carry RUN_TOKEN_VAR=run id): at close after the exec
 #: fallback (no runner to do it) or a runner that died, and on reconnecting in fallback mode.
@@ -218,7 +218,7 @@ class SshEnvironment(Environment):
             self._fallback_runs.append(channel.run_id)
             return channel
         try:
-            chan = link.start(self._command([self.config.python, "-c", BOOTSTRAP], self.sandbox_env(base)))
+            chan = link.start(self._command([self.config.python, *ISOLATED, "-c", BOOTSTRAP], self.sandbox_env(base)))
         except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
             raise SandboxStartError(f"cannot open an SSH channel on {link.where}: {exc}") from None
         channel = self._runner = SshChannel(chan, link)
