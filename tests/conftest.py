@@ -75,7 +75,12 @@ KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
             "SSH alone is not a sandbox: commands run as the SSH user, here root, whose CAP_SYS_PTRACE opens "
             "the non-dumpable runner's pipes (an unprivileged SSH user cannot)"} if os.geteuid() == 0 else {}),
     },
-    "ssh-exec": dict(_EXEC_FALLBACK),
+    "ssh-exec": {
+        **_EXEC_FALLBACK,
+        "test_a_forged_token_of_another_command_spares_nothing_at_a_timeout":
+            "exec fallback on ssh: no runner adopts orphans and the remote's PID 1 adopts everyone's, so an escapee "
+            "that clears its environment and closes its trace fds (8, 9) is not told apart from the host's daemons",
+    },
 }
 
 #: Default per-command timeout of the environments the fixtures create (seconds).

@@ -287,23 +287,22 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
     """Pids in the tree of one command.
 
     That is: ``roots`` and their descendants, members of process group ``pgid``, holders of the
-    environment ``marker`` (found after ``setsid``), and orphans re-parented to this runner (a
-    subreaper) since ``adopted_since`` (a /proc starttime) that carry no other command's token
-    (found after ``setsid`` + ``env -i``; daemons of earlier background jobs keep their token).
+    environment ``marker`` (found after ``setsid``), and every orphan re-parented to this runner (a
+    subreaper, or PID 1) since ``adopted_since`` (a /proc starttime), whatever token it shows
+    (found after ``setsid`` + ``env -i``; a token is the command's to forge, so another command's
+    token spares nothing: commands run one at a time, so what was orphaned since this one started
+    is this one's doing, or a daemon of an earlier one re-forking meanwhile, which a timeout ends).
     """
     me = os.getpid()
-    other = ("\0%s=" % CMD_TOKEN_VAR).encode()
     found = set()
     for pid, (ppid, group, start) in table.items():
         if pid == me:
             continue
-        adopted = adopted_since is not None and ppid == me and start >= adopted_since
-        if pgid is not None and group == pgid:
+        if (pgid is not None and group == pgid) or (
+                adopted_since is not None and ppid == me and start >= adopted_since):
             found.add(pid)
-        elif marker or adopted:
-            environ = environ_of(pid)
-            if (marker and marker in environ) or (adopted and other not in environ):
-                found.add(pid)
+        elif marker and marker in environ_of(pid):
+            found.add(pid)
     frontier = set(roots) | found
     while frontier:
         frontier = set(p for p, row in table.items() if row[0] in frontier and p != me) - found

@@ -7,6 +7,7 @@ import threading
 import pytest
 
 import swe_sandbox
+from conftest import unique_marker, wait_sandbox_gone
 
 FORGE = r"""RUNNER=$PPID python3 - <<'P'
 import json, os, struct
@@ -143,3 +144,16 @@ def test_modules_planted_in_the_workspace_never_reach_the_runner(workspace_env, 
         (tmp_path / f"{name}.py").write_text(f"raise SystemExit('planted {name} was imported')\n")
     result = workspace_env.execute({"command": "echo real; exit 3"})
     assert (result["output"], result["returncode"]) == ("real\n", 3), result
+
+
+def test_a_forged_token_of_another_command_spares_nothing_at_a_timeout(make_env, backend):
+    """An escapee that clears its environment and shows an earlier command's token (tokens are the
+    command's to read and forge) still dies with the command's timeout (hostile review)."""
+    env = make_env()
+    token = env.execute({"command": 'echo "$SWE_SANDBOX_CMD"'})["output"].strip()
+    marker = unique_marker()
+    result = env.execute({"command": (
+        f"setsid env -i SWE_SANDBOX_CMD={token} PATH=/usr/bin:/bin sh -c 'sleep {marker}' "
+        "</dev/null >/dev/null 2>&1 9>&- 8>&- & sleep 30")}, timeout=2)
+    assert result["extra"]["timed_out"], result
+    assert wait_sandbox_gone(env, marker, grace=2.0) == [], "the escapee survived the timeout"

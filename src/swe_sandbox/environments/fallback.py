@@ -18,10 +18,9 @@ What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybo
   (``SWE_SANDBOX_CMD``, like the runner) or the command's trace file open as fd 9 (``env -i`` drops
   the token, not the fd) is killed too, so ``setsid`` escapees and pipe holders die,
   and (in containers, ``sweep_orphans``) so is every orphan adopted by PID 1 since the command
-  started whose environment was cleared (``setsid env -i ...``; processes carrying another
-  command's token are spared). Not ``timeout(1)``: busybox's kills only its direct child, and
-  neither tells a timeout apart from a command that exits 124/137 by itself, so the result could
-  not say ``timed_out`` reliably;
+  started, whatever token it shows (``setsid env -i ...``, or a forged token of another command).
+  Not ``timeout(1)``: busybox's kills only its direct child, and neither tells a timeout apart from
+  a command that exits 124/137 by itself, so the result could not say ``timed_out`` reliably;
 - a reader copies the FIFO to the exec's stdout; when the shell exits it gets at most
   ``DRAIN_MAX_S`` to reach end of file, then background jobs still holding the pipe are handed to a
   detached discarding reader (no ``EPIPE`` for them, no waiting for them);
@@ -98,10 +97,10 @@ sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) 
       [ "$p/fd/9" -ef "$d/trace" ] && kill -KILL "${p#/proc/}" 2>/dev/null
     done
     [ "$orphans" = 1 ] || continue
-    # no token at all (env -i): an orphan adopted by PID 1 since this command started is ours;
-    # processes carrying another command's token are spared
-    for f in $(grep -L -a -z "^SWE_SANDBOX_CMD=" /proc/[0-9]*/environ 2>/dev/null); do
-      q=${f#/proc/}; q=${q%/environ}
+    # an orphan adopted by PID 1 since this command started is ours, whatever token it shows
+    # (env -i drops ours; another command's can be forged)
+    for p in /proc/[0-9]*; do
+      q=${p#/proc/}
       stat_of "$q" || continue
       if [ "$ppid_" = 1 ] && [ "$started" != 0 ] && [ "$start_" -ge "$started" ]; then kill -KILL "$q" 2>/dev/null; fi
     done
@@ -228,7 +227,7 @@ class ExecFallbackChannel(Channel):
         info: extra facts for the ``ready`` frame (shown in ``Environment.info``).
         describe_death: called when the sandbox seems gone; returns a sentence saying why.
         sweep_orphans: on a timeout, also kill processes re-parented to PID 1 since the command
-            started that carry no command token at all (``setsid env -i ...`` escapees). Only
+            started, whatever token they show (``setsid env -i ...`` escapees, forged tokens). Only
             where everything in the sandbox belongs to it (a container whose PID 1 is its init);
             never on a shared host, where PID 1 adopts other people's daemons too.
         shared_clock: the sandbox runs on this host's kernel (a local container engine): the
