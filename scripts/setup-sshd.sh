@@ -26,4 +26,13 @@ if ! [ -x /usr/sbin/sshd ] || ! command -v ssh-keygen >/dev/null 2>&1; then
     apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold openssh-server >/dev/null
 fi
 mkdir -p /run/sshd && chmod 755 /run/sshd  # sshd's privilege separation directory
+# An unprivileged login for the tests of `remote_sandbox: bwrap`, which refuses a root SSH user.
+# Password '*': none can be used, and the account is not "locked" ('!'), which sshd refuses even
+# for key logins (without PAM).
+if ! id -u swe-sandbox-test >/dev/null 2>&1; then
+    useradd --create-home --shell /bin/bash --password '*' --comment "swe-sandbox tests" swe-sandbox-test
+    say "created the unprivileged test user swe-sandbox-test"
+elif [ "$(passwd --status swe-sandbox-test | cut -d' ' -f2)" = L ]; then
+    usermod --password '*' swe-sandbox-test
+fi
 say "sshd: $(/usr/sbin/sshd -V 2>&1 | head -n 1 || true)"

@@ -41,6 +41,8 @@ SETUP_SCRIPT = REPO / "scripts" / "setup-sshd.sh"
 SSHD = "/usr/sbin/sshd"
 PRIVSEP_DIR = "/run/sshd"
 PR_SET_PDEATHSIG = 1
+#: An unprivileged login every server accepts too (made by scripts/setup-sshd.sh).
+TEST_USER = "swe-sandbox-test"
 
 CONFIG = """\
 Port {port}
@@ -69,20 +71,31 @@ class SshdUnavailable(RuntimeError):
     """No usable sshd here (the message says why and how to get one)."""
 
 
+def _has_user(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def ensure_sshd() -> None:
-    """Make sure sshd and ssh-keygen exist (installing them when allowed), and sshd's privsep dir.
+    """Make sure sshd and ssh-keygen exist (installing them when allowed), sshd's privsep dir, and
+    the unprivileged ``TEST_USER`` (``remote_sandbox: bwrap`` refuses root).
 
     Raises:
         SshdUnavailable: they are missing and may not be installed here.
     """
     def missing() -> bool:
-        return not os.access(SSHD, os.X_OK) or shutil.which("ssh-keygen") is None
+        return not os.access(SSHD, os.X_OK) or shutil.which("ssh-keygen") is None or not _has_user(TEST_USER)
 
     if missing():
         allowed = "CI" in os.environ or os.environ.get("SWE_SANDBOX_SETUP_SSHD") == "1"
         if not (allowed and os.geteuid() == 0):
-            raise SshdUnavailable(f"OpenSSH's server is not installed; run scripts/setup-sshd.sh as root "
-                                  "(or set SWE_SANDBOX_SETUP_SSHD=1 to let the tests install it)")
+            raise SshdUnavailable(f"OpenSSH's server or the user {TEST_USER} is missing; run scripts/setup-sshd.sh "
+                                  "as root (or set SWE_SANDBOX_SETUP_SSHD=1 to let the tests install it)")
         done = subprocess.run(["bash", str(SETUP_SCRIPT)], stdin=subprocess.DEVNULL, capture_output=True, text=True)
         if done.returncode != 0 or missing():
             raise SshdUnavailable(f"scripts/setup-sshd.sh failed ({done.returncode}): {done.stderr[-2000:]}")
@@ -123,6 +136,9 @@ class Sshd:
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
                            check=True, stdin=subprocess.DEVNULL, capture_output=True)
         shutil.copy(f"{self.key}.pub", self.dir / "authorized_keys")
+        # sshd reads the keys file as the user logging in: TEST_USER too (the private keys stay 0600)
+        os.chmod(self.dir, 0o711)
+        os.chmod(self.dir / "authorized_keys", 0o644)
 
     # -- life cycle ------------------------------------------------------------------------------
     def start(self, timeout: float = 15.0) -> "Sshd":

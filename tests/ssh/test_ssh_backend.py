@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 import swe_sandbox
-from ssh.sshd import Sshd, server_or_skip
-from swe_sandbox.errors import BackendUnavailable, SandboxDied, SandboxStartError
+from ssh.sshd import TEST_USER, Sshd, server_or_skip
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxStartError
 
 pytestmark = pytest.mark.ssh
 RUNNERS = ["python", "exec"]
@@ -350,7 +350,7 @@ def _require_bwrap():
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_remote_bwrap_runs_commands_under_the_bwrap_policy(shared, make_ssh, tmp_path, runner):
     _require_bwrap()
-    environment = make_ssh(shared.spec(runner, remote_sandbox="bwrap"))
+    environment = make_ssh(shared.spec(runner, remote_sandbox="bwrap", username=TEST_USER))
     assert environment.isolation.startswith("bwrap on the remote host")
     result = run(environment, "pwd; hostname; cat /etc/shadow 2>/dev/null | grep -c root:; touch /usr/x 2>/dev/null || echo ro; "
                               "echo $HOME; echo w > in-ws")
@@ -366,9 +366,21 @@ def test_remote_bwrap_runs_commands_under_the_bwrap_policy(shared, make_ssh, tmp
 
 
 def test_remote_bwrap_missing_is_backend_unavailable(shared, make_ssh):
-    environment = make_ssh(shared.spec(remote_sandbox="bwrap", bwrap={"bwrap_path": "/nonexistent/bwrap"}))
+    environment = make_ssh(shared.spec(remote_sandbox="bwrap", username=TEST_USER,
+                                       bwrap={"bwrap_path": "/nonexistent/bwrap"}))
     with pytest.raises(BackendUnavailable, match="bubblewrap does not work"):
         run(environment, "true")
+
+
+@pytest.mark.bwrap
+def test_remote_bwrap_refuses_a_root_login(shared, make_ssh, tmp_path):
+    """As root there, the sandbox's root would be the remote's root, and (no seccomp filter remotely)
+    a command could leave a setuid-root file in the workspace (hostile review): refused before anything runs."""
+    _require_bwrap()
+    environment = make_ssh(shared.spec(remote_sandbox="bwrap", username="root", workspace=str(tmp_path / "ws")))
+    with pytest.raises(ConfigError, match=r"environment\.username: .* as root"):
+        run(environment, "cp /bin/true suid && chmod 4755 suid")
+    assert not (tmp_path / "ws" / "suid").exists()
 
 
 # -- the command line ----------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 from swe_sandbox.config import SANDBOX_PATH
 from swe_sandbox.environments.base import Environment
 from swe_sandbox.environments.bwrap import MASKED_FILES, SYSTEM_DIRS, BwrapConfig, BwrapEnvironment
-from swe_sandbox.errors import BackendUnavailable, SandboxStartError
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
 
 #: The bwrap backend's base environment (BwrapEnvironment._open_channel).
 BWRAP_BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
@@ -38,7 +38,8 @@ class RemoteBwrap(BwrapEnvironment):
 
     def probe(self) -> list[str]:
         """Remote shell lines printing ``bwrap=1`` when bubblewrap works, and the system layout."""
-        return [f"{shlex.quote(self.config.bwrap_path)} --unshare-all --unshare-user --ro-bind / / -- true 2>&1"
+        return ["echo uid=$(id -u)",
+                f"{shlex.quote(self.config.bwrap_path)} --unshare-all --unshare-user --ro-bind / / -- true 2>&1"
                 " && echo bwrap=1",
                 f"for p in {' '.join(LAYOUT_PATHS)}; do if [ -L $p ]; then echo \"$p L$(readlink $p)\"; "
                 "elif [ -d $p ]; then echo \"$p D\"; elif [ -e $p ]; then echo \"$p F\"; fi; done"]
@@ -48,9 +49,14 @@ class RemoteBwrap(BwrapEnvironment):
         reads this host's file system).
 
         Raises:
+            ConfigError: the SSH user is root there.
             BackendUnavailable: bubblewrap does not work on the remote.
             SandboxStartError: the system layouts differ.
         """
+        if "uid=0" in facts:
+            raise ConfigError(f"environment.username: remote_sandbox: bwrap refuses to log in to {host} as root: the "
+                              "sandbox's root would be that host's root (bwrap there runs as the SSH user, with no "
+                              "uid switch or seccomp filter); log in as an unprivileged user")
         if "bwrap=1" not in facts:
             raise BackendUnavailable(f"remote_sandbox: bwrap: bubblewrap does not work on {host}: "
                                      f"{' '.join(f for f in facts if '=' not in f and f[:1] != '/')[:500]}")
