@@ -17,6 +17,7 @@ from swe_sandbox.signals import echo_err, interrupt_exit
 
 from swe_sandbox.agent.cli import demo as demo_command
 from swe_sandbox.agent.cli import run as run_command
+from swe_sandbox.batch.cli import BATCH_HELP, EVAL_HELP, REPORT_HELP, batch_command, eval_command, report_command
 from swe_sandbox.engines_cli import GC_HELP, gc_command, image_app
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -442,6 +443,9 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
 app.command("run")(run_command)
 app.command("demo")(demo_command)
 app.command("gc", help=GC_HELP)(gc_command)
+app.command("batch", help=BATCH_HELP)(batch_command)
+app.command("eval", help=EVAL_HELP)(eval_command)
+app.command("report", help=REPORT_HELP)(report_command)
 app.add_typer(image_app, name="image")
 
 

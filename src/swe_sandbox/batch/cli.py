@@ -1,0 +1,255 @@
+"""``swe-sandbox batch``, ``eval`` and ``report``: plain typer-compatible functions.
+
+Registered by ``swe_sandbox.cli``. Only typer and the standard library are imported at module
+level; the batch machinery, rich and the backends load inside the commands, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+
+import typer
+
+from swe_sandbox.signals import echo_err, interrupt_exit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.tasks import Task
+
+EXIT_ALL_DONE = 0
+EXIT_NOT_ALL_DONE = 1  # infrastructure failures left, or the cost limit stopped the run
+DEFAULT_BACKEND = "bwrap"
+SHUFFLE_SEED = 42  # mini-swe-agent's, so --shuffle picks the same order
+
+BATCH_HELP = f"""\
+Run the agent on every task of TASKS (.jsonl or .json, SWE-bench fields), one sandbox each,
+-w at once; with --eval, evaluate each patch in a fresh sandbox.
+
+\b
+  swe-sandbox batch tasks.jsonl -o runs/exp1 --env docker -m anthropic/claude-sonnet-4-5 -w 8 --eval
+  swe-sandbox report runs/exp1
+
+DIR gets preds.json (SWE-bench predictions), <id>/<id>.traj.json (trajectories, saved after every
+step), results.jsonl (one line per attempt) and, with --eval, <id>/eval/ and report.json. Running
+the same command again resumes: done instances are skipped; infrastructure failures (a sandbox
+that did not start or died, a provider unreachable after retries) run again, --max-attempts in
+all. Ctrl-C stops the running instances (saved, sandboxes removed; they run again on resume); a
+second Ctrl-C exits at once. --env defaults to {DEFAULT_BACKEND}.
+
+\b
+Exit status: 0 every selected instance is done; 1 some are not (infrastructure failures, the
+cost limit); 2 usage, config or task-file error (nothing is written to DIR); 3 backend
+unavailable; 130 interrupted.
+"""
+
+EVAL_HELP = """\
+Evaluate the predictions in PREDS (preds.json, or a SWE-bench .json/.jsonl) against --tasks.
+
+Each patch is applied in a fresh sandbox built from the task (image, workspace, setup_command):
+git apply, then SWE-bench's fallbacks (--3way, --reject, patch --fuzz=5); then test_patch and
+eval_command; the outcomes are read with the task's log_parser. DIR gets <id>/eval/ (patch.diff,
+test_output.txt, report.json) and report.json with SWE-bench's keys. A rerun resumes.
+Exit status: 0 done; 1 some evaluations failed for infrastructure reasons; 2 bad input.
+"""
+
+REPORT_HELP = """\
+Summarize a batch or eval directory (running or finished): counts by exit status, resolved
+rate, cost, api calls, time and throughput. --json prints the summary as JSON.
+"""
+
+Opt = typer.Option
+
+
+def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list["Task"]:
+    """mini-swe-agent's selection: shuffle (seed 42), then ``--filter`` (``re.match`` on the id),
+    then ``--slice A:B`` (Python slice of what is left).
+
+    Raises:
+        typer.BadParameter: an invalid regular expression or slice.
+    """
+    import random
+    import re
+
+    selected = list(tasks)
+    if shuffle:
+        random.Random(SHUFFLE_SEED).shuffle(selected)
+    if filter_re:
+        try:
+            pattern = re.compile(filter_re)
+        except re.error as exc:
+            raise typer.BadParameter(f"not a regular expression: {exc}", param_hint="'--filter'") from None
+        selected = [t for t in selected if pattern.match(t.instance_id)]
+    if slice_spec:
+        try:
+            parts = [int(p) if p.strip() else None for p in slice_spec.split(":")]
+            selected = selected[slice(*parts)] if 1 <= len(parts) <= 3 and ":" in slice_spec else None
+        except ValueError:
+            selected = None
+        if selected is None:
+            raise typer.BadParameter(f"expected START:STOP, e.g. 0:10; got {slice_spec!r}", param_hint="'--slice'")
+    return selected
+
+
+def batch_command(
+    tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl or .json).", show_default=False)],
+    output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory (resumed if it exists).",
+                                show_default=False)],
+    env: Annotated[Optional[str], Opt("--env", "-e", metavar="NAME|FILE", help=f"Backend preset or YAML file "
+                                      f"(default: the config's environment.backend, else {DEFAULT_BACKEND}).",
+                                      show_default=False)] = None,
+    model: Annotated[Optional[str], Opt("-m", "--model", metavar="MODEL", help="Model name (model.model_name).",
+                                        show_default=False)] = None,
+    workers: Annotated[int, Opt("-w", "--workers", min=1, help="Sandboxes at once.")] = 1,
+    filter_re: Annotated[Optional[str], Opt("--filter", metavar="REGEX", help="Only ids matching REGEX (re.match).",
+                                            show_default=False)] = None,
+    slice_spec: Annotated[Optional[str], Opt("--slice", metavar="A:B", help="Only tasks A..B-1 (after --filter).",
+                                             show_default=False)] = None,
+    shuffle: Annotated[bool, Opt("--shuffle", help="Shuffle the tasks (fixed seed) before --filter/--slice.")] = False,
+    redo_existing: Annotated[bool, Opt("--redo-existing", help="Run done instances again too.")] = False,
+    evaluate: Annotated[bool, Opt("--eval", help="Evaluate each patch in a fresh sandbox.")] = False,
+    config_file: Annotated[Optional[Path], Opt("--config", metavar="FILE", help="Run config (default: the shipped "
+                                               "config/default.yaml).", show_default=False)] = None,
+    overrides: Annotated[Optional[List[str]], Opt("-c", "--set", metavar="SECTION.KEY=VALUE",
+                                                  help="Config override, repeatable (as for run).",
+                                                  show_default=False)] = None,
+    max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all "
+                                                                   "(infrastructure failures are retried).")] = 3,
+    cost_limit: Annotated[float, Opt("--cost-limit", min=0, metavar="USD", help="Total cost of this run; then "
+                                     "running instances stop (LimitsExceeded) and no new one starts. 0: none.")] = 0.0,
+    time_limit: Annotated[Optional[float], Opt("--instance-time-limit", min=0, metavar="S", help="Wall time per "
+                                               "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
+    eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
+                                                                                  "eval_command.")] = 1800.0,
+) -> None:
+    def body() -> int:
+        from swe_sandbox.agent.cli import check_model_config, environment_config, require_usable
+        from swe_sandbox.agent.config import load_run_config
+        from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.batch.tasks import load_tasks
+
+        tasks = select_tasks(load_tasks(tasks_file), filter_re, slice_spec, shuffle)
+        config = load_run_config(config_file, list(overrides or []))
+        if model:
+            config["model"]["model_name"] = model
+        if time_limit is not None:
+            config["agent"]["wall_time_limit_s"] = time_limit
+        check_model_config(config["model"])
+        _check_agent_config(config["agent"])
+        env_data = environment_config(str(env or config["environment"].get("backend") or DEFAULT_BACKEND),
+                                      config["environment"])
+        require_usable(str(env_data.get("backend")))
+        check_task_images(tasks, env_data)
+        return _run(tasks, output, config, env_data, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
+                    redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout)
+
+    raise typer.Exit(_guarded(body))
+
+
+def _check_agent_config(agent: dict[str, Any]) -> None:
+    from swe_sandbox.agent.default import AgentConfig
+    from swe_sandbox.config import validate
+
+    validate(AgentConfig, agent, section="agent")
+
+
+def _run(tasks: list["Task"], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
+    from swe_sandbox.batch.driver import run_batch
+    from swe_sandbox.batch.progress import make_progress
+
+    run_batch(tasks, output, run_config=config, env_config=env_data, progress=make_progress(), **options)
+    _print_summary(output)
+    return _exit_for(output, [t.instance_id for t in tasks])
+
+
+def _exit_for(output: Path, instance_ids: list[str]) -> int:
+    """0 when every one of ``instance_ids`` is done according to ``results.jsonl``, else 1."""
+    from swe_sandbox.batch.records import RESULTS_FILE, ResultsLog, ResumeState
+
+    state = ResumeState(ResultsLog(output / RESULTS_FILE).read())
+    return EXIT_ALL_DONE if all(state.is_done(i) for i in instance_ids) else EXIT_NOT_ALL_DONE
+
+
+def _print_summary(directory: Path) -> None:
+    from swe_sandbox.batch.report import render, summarize
+
+    typer.echo(render(summarize(directory), directory))
+
+
+def _guarded(body: Any) -> int:
+    """``agent.cli.guarded`` plus Ctrl-C: the first ends with 130 once the batch cleaned up; a
+    second one (``BatchAborted``) exits at once, without waiting for worker threads."""
+    from swe_sandbox.agent.cli import guarded
+    from swe_sandbox.batch.driver import BatchAborted
+
+    try:
+        return guarded(body)
+    except BatchAborted as exc:
+        code, _ = interrupt_exit(exc)
+        echo_err("swe-sandbox: interrupted twice: exiting now")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    except KeyboardInterrupt as exc:
+        code, what = interrupt_exit(exc)
+        echo_err(f"swe-sandbox: {what}; finished instances are saved, the rest run again on resume")
+        return code
+
+
+def eval_command(
+    preds_file: Annotated[Path, typer.Argument(metavar="PREDS", help="Predictions (preds.json, .json or .jsonl).",
+                                               show_default=False)],
+    tasks_file: Annotated[Path, Opt("--tasks", metavar="TASKS", help="Task file.", show_default=False)],
+    output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory.", show_default=False)],
+    env: Annotated[str, Opt("--env", "-e", metavar="NAME|FILE", help="Backend preset or YAML file.")] = DEFAULT_BACKEND,
+    workers: Annotated[int, Opt("-w", "--workers", min=1, help="Sandboxes at once.")] = 1,
+    overrides: Annotated[Optional[List[str]], Opt("-c", "--set", metavar="environment.KEY=VALUE",
+                                                  help="Environment override, repeatable.", show_default=False)] = None,
+    redo_existing: Annotated[bool, Opt("--redo-existing", help="Evaluate done instances again.")] = False,
+    max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
+    eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
+                                                                                  "eval_command.")] = 1800.0,
+) -> None:
+    def body() -> int:
+        from swe_sandbox.agent.cli import require_usable
+        from swe_sandbox.batch.eval_run import match_predictions, run_eval
+        from swe_sandbox.batch.predictions import load_predictions
+        from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.batch.tasks import load_tasks
+        from swe_sandbox.config import apply_overrides, load_environment_config
+
+        tasks = load_tasks(tasks_file)
+        preds = load_predictions(preds_file)
+        match_predictions(preds, tasks)
+        env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
+        require_usable(str(env_data.get("backend")))
+        check_task_images([t for t in tasks if t.instance_id in {p["instance_id"] for p in preds}], env_data)
+        report = run_eval(preds, tasks, output, env_config=env_data, workers=workers, max_attempts=max_attempts,
+                          redo_existing=redo_existing, eval_timeout=eval_timeout)
+        _print_summary(output)
+        return _exit_for(output, report["submitted_ids"])
+
+    raise typer.Exit(_guarded(body))
+
+
+def report_command(
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="A batch or eval output directory.",
+                                              show_default=False)],
+    as_json: Annotated[bool, Opt("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    import json
+
+    from swe_sandbox.batch.report import render, summarize
+
+    try:
+        summary = summarize(directory)
+    except FileNotFoundError:
+        echo_err(f"swe-sandbox: report: {directory} is not a directory")
+        raise typer.Exit(2) from None
+    typer.echo(json.dumps(summary, indent=2) if as_json else render(summary, directory))
+
+
+batch_command.__doc__ = BATCH_HELP
+eval_command.__doc__ = EVAL_HELP
+report_command.__doc__ = REPORT_HELP

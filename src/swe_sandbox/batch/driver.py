@@ -1,0 +1,211 @@
+"""``run_batch``: many rollouts on a thread pool; the driver alone writes the output directory.
+
+Rollouts run in worker threads and return values; this thread commits each finished attempt
+(trajectory already saved by the agent, then ``preds.json``, evaluation files, then the
+``results.jsonl`` line: see ``swe_sandbox.batch.records`` for why this order is crash-safe).
+Rerunning the same call resumes: done instances are skipped, others run again up to
+``max_attempts`` attempts in all.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import time
+from collections import deque
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swe_sandbox.batch import records as rec
+from swe_sandbox.batch.control import Cancellation, CostBudget
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S
+from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.progress import BatchProgress
+    from swe_sandbox.batch.tasks import Task
+
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+class BatchAborted(KeyboardInterrupt):
+    """A second Ctrl-C while the first one's cleanup ran: the batch stops without waiting."""
+
+
+def instance_dir(output_dir: Path, instance_id: str) -> Path:
+    return output_dir / instance_id
+
+
+def trajectory_path(output_dir: Path, instance_id: str) -> Path:
+    """``DIR/<instance_id>/<instance_id>.traj.json``."""
+    return instance_dir(output_dir, instance_id) / f"{instance_id}{rec.TRAJECTORY_SUFFIX}"
+
+
+class BatchRun:
+    """One run of ``run_batch`` over an output directory (see ``run_batch`` for the arguments)."""
+
+    def __init__(self, tasks: list["Task"], output_dir: Path, run_config: dict[str, Any],
+                 env_config: dict[str, Any], *, workers: int, evaluate: bool, max_attempts: int,
+                 redo_existing: bool, budget: CostBudget, cancel: Cancellation,
+                 progress: "BatchProgress", eval_timeout: float):
+        self.tasks = {t.instance_id: t for t in tasks}
+        self.dir, self.run_config, self.env_config = output_dir, run_config, env_config
+        self.workers, self.evaluate, self.max_attempts = workers, evaluate, max_attempts
+        self.budget, self.cancel, self.progress, self.eval_timeout = budget, cancel, progress, eval_timeout
+        self.results = rec.ResultsLog(output_dir / rec.RESULTS_FILE)
+        existing = self.results.read()
+        self.state = rec.ResumeState(existing, ignore_before=len(existing) if redo_existing else 0)
+        self.preds = rec.PredsFile(output_dir / rec.PREDS_FILE)
+        self.preds.keep_only({r.instance_id for r in existing if r.done})
+        self.final = dict(rec.ResumeState(existing).final)
+
+    def pending(self) -> list[str]:
+        return [i for i in self.tasks if self.state.should_run(i, self.max_attempts)]
+
+    def run(self) -> None:
+        """Run every pending instance; commit each attempt as it finishes.
+
+        Raises:
+            KeyboardInterrupt: the first Ctrl-C: running rollouts were cancelled (sandboxes closed)
+                and awaited, finished attempts written.
+            BatchAborted: a second Ctrl-C while that happened: nothing more is awaited (the
+                caller should exit at once, e.g. ``os._exit``; sandboxes end with the process).
+        """
+        queue = deque(self.pending())
+        self.progress.started(total=len(self.tasks), pending=len(queue), finished=list(self.final.values()))
+        pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="swe-sandbox-rollout")
+        running: dict[cf.Future, str] = {}
+        wait = True
+        try:
+            self._loop(pool, queue, running)
+        except KeyboardInterrupt:
+            self.cancel.cancel()  # running rollouts stop at once; their sandboxes are closed
+            try:
+                for future in cf.as_completed(running):
+                    self._commit(future.result())
+            except KeyboardInterrupt:
+                wait = False
+                raise BatchAborted("interrupted twice") from None
+            raise
+        finally:
+            pool.shutdown(wait=wait, cancel_futures=True)
+            self.progress.stopped()
+
+    def _loop(self, pool: cf.ThreadPoolExecutor, queue: deque, running: dict[cf.Future, str]) -> None:
+        while queue or running:
+            while queue and len(running) < self.workers and self._may_start():
+                instance_id = queue.popleft()
+                running[pool.submit(self._rollout, instance_id)] = instance_id
+            if not running:
+                return
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                instance_id = running.pop(future)
+                self._commit(future.result())
+                if self.state.should_run(instance_id, self.max_attempts) and not self.cancel.cancelled:
+                    queue.append(instance_id)
+
+    def _may_start(self) -> bool:
+        return not self.cancel.cancelled and not self.budget.exhausted()
+
+    def _rollout(self, instance_id: str) -> RolloutResult:
+        result = rollout(self.tasks[instance_id], self.run_config, self.env_config, self.evaluate,
+                         trajectory_path=trajectory_path(self.dir, instance_id), cancel=self.cancel,
+                         budget=self.budget, progress=self.progress.update, eval_timeout=self.eval_timeout)
+        result.messages = []  # not kept in memory: the trajectory file has them
+        return result
+
+    def _commit(self, result: RolloutResult) -> None:
+        """Write one finished attempt: ``preds.json`` and eval files, then its ``results.jsonl`` line."""
+        if result.exit_status == INTERRUPTED:  # not an attempt: it runs again on resume
+            self.progress.finished(None, result)
+            return
+        instance_id = result.instance_id
+        if result.done:
+            model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
+            self.preds.put(instance_id, result.submission, model_name)
+            if result.evaluation is not None:
+                from swe_sandbox.batch.evaluation import write_eval_files
+
+                write_eval_files(result.evaluation, instance_dir(self.dir, instance_id) / rec.EVAL_DIR)
+        record = self._record(result)
+        self.results.append(record)
+        self._advance(record)
+        if self.evaluate:
+            self._write_report()
+        self.progress.finished(record, result)
+
+    def _advance(self, record: rec.AttemptRecord) -> None:
+        """Count ``record`` in the resume state and the final record of its instance."""
+        self.state.add(record)
+        previous = self.final.get(record.instance_id)
+        if record.done or previous is None or not previous.done:
+            self.final[record.instance_id] = record
+
+    def _record(self, result: RolloutResult) -> rec.AttemptRecord:
+        evaluation = result.evaluation
+        return rec.AttemptRecord(
+            instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
+            exit_status=result.exit_status, done=result.done, error=result.error, cost=result.cost,
+            api_calls=result.api_calls, steps=result.steps, duration_s=round(result.duration_s, 3),
+            backend=result.backend, started_at=result.started_at, finished_at=time.time(),
+            patch_lines=len(result.submission.splitlines()),
+            eval_status=evaluation.status if evaluation else None,
+            resolved=evaluation.resolved if evaluation else None,
+            reward=evaluation.reward if evaluation else None)
+
+    def _write_report(self) -> None:
+        from swe_sandbox.agent.trajectory import atomic_write_text, to_json
+        from swe_sandbox.batch.grading import run_report
+
+        outcomes = {i: r.eval_status for i, r in self.final.items() if r.done and r.eval_status}
+        report = run_report(self.tasks, self.preds.preds, outcomes)
+        atomic_write_text(self.dir / rec.REPORT_FILE, to_json(report, indent=2) + "\n")
+
+
+def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[str, Any] | None = None,
+              env_config: str | dict[str, Any] = "bwrap", workers: int = 1, evaluate: bool = False,
+              max_attempts: int = DEFAULT_MAX_ATTEMPTS, redo_existing: bool = False, cost_limit: float = 0.0,
+              eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, progress: "BatchProgress | None" = None,
+              cancel: Cancellation | None = None) -> Path:
+    """Run ``rollout`` for every task not done yet, ``workers`` at once; write ``output_dir``.
+
+    Args:
+        tasks: from ``load_tasks``.
+        output_dir: created if missing; its ``results.jsonl`` says what is done (resume).
+        run_config: ``{"agent": ..., "model": ...}`` (default: ``load_run_config()``).
+        env_config: a preset name, YAML file or dict (default ``bwrap``).
+        workers: rollouts at once (>= 1).
+        evaluate: evaluate each patch in a fresh sandbox; writes ``<id>/eval/`` and ``report.json``.
+        max_attempts: attempts per instance in all, infrastructure failures included (>= 1).
+        redo_existing: run every instance again, done or not (earlier lines stay in the file).
+        cost_limit: total USD for the run (0: none): once reached, running agents stop with
+            ``LimitsExceeded`` and no new instance starts.
+        eval_timeout: seconds for each ``eval_command``.
+        progress: receives events (``swe_sandbox.batch.progress``); default: none shown.
+        cancel: cancel it (from another thread) to stop the batch as Ctrl-C does.
+
+    Returns:
+        Path: ``output_dir``.
+
+    Raises:
+        ConfigError: bad arguments or config (before anything is written).
+        KeyboardInterrupt: after running rollouts were stopped, their sandboxes closed and the
+            attempts that had finished were written.
+    """
+    from swe_sandbox.batch.progress import BatchProgress
+    from swe_sandbox.config import load_environment_config
+    from swe_sandbox.errors import ConfigError
+
+    if workers < 1 or max_attempts < 1:
+        raise ConfigError("workers and max_attempts must be >= 1")
+    if run_config is None:
+        from swe_sandbox.agent.config import load_run_config
+
+        run_config = load_run_config()
+    env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
+             redo_existing=redo_existing, budget=CostBudget(cost_limit), cancel=cancel or Cancellation(),
+             progress=progress or BatchProgress(), eval_timeout=eval_timeout).run()
+    return output_dir

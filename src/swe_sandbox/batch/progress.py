@@ -1,0 +1,138 @@
+"""Progress of a batch: what the driver reports, shown live with rich or as plain lines.
+
+``BatchProgress`` receives the events (its methods do nothing); ``LiveProgress`` (a terminal)
+shows an overall bar (done/total, resolved so far, total cost, ETA), one line per running
+instance (phase, step, cost, last command) and the counts by exit status; ``LineProgress`` (not a
+terminal: CI logs) prints one plain line per finished attempt. ``update`` is called from the
+rollouts' threads; every method is thread-safe.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import Counter
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.records import AttemptRecord
+    from swe_sandbox.batch.rollouts import RolloutResult
+
+#: Characters of a running instance's last command shown on its line.
+COMMAND_WIDTH = 60
+
+
+class BatchProgress:
+    """Receives a batch's events; shows nothing. Subclass it for another display."""
+
+    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+        """The batch starts: ``total`` instances, ``pending`` to run, ``finished``: done before."""
+
+    def update(self, instance_id: str, **fields: Any) -> None:
+        """A running instance's news: ``phase``, ``step``, ``cost`` (USD), ``command``."""
+
+    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+        """An attempt ended (``record`` None: interrupted, not recorded)."""
+
+    def stopped(self) -> None:
+        """The batch ended (or was interrupted)."""
+
+
+class Tally(BatchProgress):
+    """Counts shared by the displays: done, resolved, cost, exit statuses, running instances."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.total = self.done = self.resolved = self.evaluated = 0
+        self.cost = 0.0
+        self.statuses: Counter[str] = Counter()
+        self.running: dict[str, dict[str, Any]] = {}
+        self.start_time = time.monotonic()
+        self.done_this_run = 0
+
+    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+        with self.lock:
+            self.total = total
+            for record in finished:
+                self._count(record)
+
+    def _count(self, record: "AttemptRecord") -> None:
+        if record.done:
+            self.done += 1
+            self.resolved += bool(record.resolved)
+            self.evaluated += record.eval_status is not None
+        self.statuses[record.exit_status] += 1
+        self.cost += record.cost
+
+    def update(self, instance_id: str, **fields: Any) -> None:
+        with self.lock:
+            self.running.setdefault(instance_id, {"since": time.monotonic()}).update(fields)
+
+    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+        with self.lock:
+            self.running.pop(result.instance_id, None)
+            if record is not None:
+                self._count(record)
+                self.done_this_run += record.done
+
+    def eta_s(self) -> float | None:
+        """Seconds left at this run's pace so far; None before the first instance is done."""
+        if not self.done_this_run:
+            return None
+        pace = (time.monotonic() - self.start_time) / self.done_this_run
+        return pace * max(0, self.total - self.done)
+
+    def headline(self) -> str:
+        eta = self.eta_s()
+        rate = f"  resolved {self.resolved}/{self.evaluated}" if self.evaluated else ""
+        return (f"{self.done}/{self.total} done{rate}  ${self.cost:.2f}"
+                f"{f'  ETA {_duration(eta)}' if eta is not None else ''}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class LineProgress(Tally):
+    """One plain line per finished attempt on ``stream`` (default stderr): for logs, not terminals."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__()
+        self.stream = stream or sys.stderr
+
+    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+        super().started(total=total, pending=pending, finished=finished)
+        self._print(f"batch: {total} instances, {pending} to run, {self.done} done before")
+
+    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+        super().finished(record, result)
+        if record is None:
+            self._print(f"{result.instance_id}: interrupted (runs again on resume)")
+            return
+        verdict = f" eval={record.eval_status}" if record.eval_status else ""
+        again = "" if record.done else " (infrastructure failure: not done)"
+        self._print(f"{record.instance_id}: {record.exit_status}{verdict} ${record.cost:.4f} "
+                    f"{record.steps} steps {record.duration_s:.1f}s attempt {record.attempt}{again}"
+                    f"  [{self.headline()}]")
+
+    def _print(self, line: str) -> None:
+        from swe_sandbox.terminal import for_stream
+
+        with self.lock:
+            print(for_stream(line, self.stream), file=self.stream, flush=True)
+
+
+def make_progress(console_stream: TextIO | None = None) -> BatchProgress:
+    """``LiveProgress`` when ``console_stream`` (default stderr) is a terminal, else ``LineProgress``."""
+    stream = console_stream or sys.stderr
+    try:
+        tty = stream.isatty()
+    except (ValueError, OSError):
+        tty = False
+    if tty:
+        from swe_sandbox.batch.live import LiveProgress
+
+        return LiveProgress()
+    return LineProgress(stream)

@@ -1,0 +1,197 @@
+"""The output directory's records: ``results.jsonl`` (append-only) and ``preds.json`` (DESIGN.md §7).
+
+``results.jsonl`` holds one ``AttemptRecord`` a line, one per finished attempt, and is the source
+of truth for resume: an instance is *done* once one of its attempts ended with an agent outcome
+(``done: true``); an attempt that failed for an infrastructure reason (``done: false``) is run
+again, up to ``max_attempts`` attempts in all. Lines are appended with one ``write`` and
+``fsync``ed; a line torn by a crash (the last one) is ignored when read and finished with a
+newline before the next append, so the file stays one JSON object a line.
+
+``preds.json`` holds SWE-bench predictions in mini-swe-agent's shape, ``{instance_id:
+{model_name_or_path, instance_id, model_patch}}``, sorted by ``instance_id`` and rewritten
+atomically (a reader sees the old or the new file, never half of one).
+
+The order of writes makes a crash at any instant safe: trajectory, then ``preds.json``, then the
+``results.jsonl`` line, which commits the attempt. A kill before that line reruns the instance,
+whose ``preds.json`` entry and trajectory are then replaced, so each instance ends with one of each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any, Iterable
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+RESULTS_FILE = "results.jsonl"
+PREDS_FILE = "preds.json"
+REPORT_FILE = "report.json"
+TRAJECTORY_SUFFIX = ".traj.json"
+EVAL_DIR = "eval"
+
+
+class AttemptRecord(BaseModel):
+    """One line of ``results.jsonl``: how one attempt at one instance ended."""
+
+    model_config = ConfigDict(extra="allow")
+
+    instance_id: str
+    attempt: int = Field(1, ge=1)
+    """1 for the first attempt at this instance, then 2, 3, ..."""
+    exit_status: str
+    """The agent's exit status (``Submitted``, ``LimitsExceeded``, ...) or the failure's class name."""
+    done: bool
+    """True: an agent outcome (not run again); False: an infrastructure failure (run again)."""
+    error: str = ""
+    """One line on what went wrong, when something did."""
+    cost: float = 0.0
+    """Model cost in USD."""
+    api_calls: int = 0
+    steps: int = 0
+    duration_s: float = 0.0
+    """Wall time of the attempt (agent and evaluation), seconds."""
+    backend: str = ""
+    node: str = Field(default_factory=socket.gethostname)
+    """Host name of the machine that ran the attempt."""
+    started_at: float = 0.0
+    """Unix time, seconds."""
+    finished_at: float = 0.0
+    """Unix time, seconds."""
+    patch_lines: int = 0
+    """Lines of the submission (0: empty patch)."""
+    eval_status: str | None = None
+    """With evaluation: ``resolved``, ``unresolved``, ``empty_patch``, ``patch_failed``, ``timeout``, ``error``."""
+    resolved: bool | None = None
+    reward: float | None = None
+
+
+class ResultsLog:
+    """``results.jsonl``: appends (thread-safe, one write each, fsync'ed) and reads."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def read(self) -> list[AttemptRecord]:
+        """Every complete, valid line, in order (a torn or foreign line is skipped)."""
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return []
+        records = []
+        for line in text.splitlines():
+            try:
+                records.append(AttemptRecord.model_validate_json(line))
+            except ValidationError:
+                continue
+        return records
+
+    def append(self, record: AttemptRecord) -> None:
+        """Append ``record`` as one line; a torn last line (a crash mid-write) is ended first."""
+        data = (record.model_dump_json() + "\n").encode("utf-8")
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                if _ends_torn(self.path):
+                    data = b"\n" + data
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _ends_torn(path: Path) -> bool:
+    """Whether the file is non-empty and does not end with a newline."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        if handle.tell() == 0:
+            return False
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) != b"\n"
+
+
+class ResumeState:
+    """What ``results.jsonl`` says about each instance: attempts so far and whether it is done.
+
+    Args:
+        records: the file's records, in order.
+        ignore_before: records before this index do not count (``--redo-existing``: the
+            attempts of earlier runs are kept in the file but the instances run again).
+    """
+
+    def __init__(self, records: Iterable[AttemptRecord], ignore_before: int = 0):
+        self.attempts: dict[str, int] = {}
+        self.all_attempts: dict[str, int] = {}
+        self.final: dict[str, AttemptRecord] = {}
+        for index, record in enumerate(records):
+            self.add(record, counts=index >= ignore_before)
+
+    def add(self, record: AttemptRecord, counts: bool = True) -> None:
+        """Take one more record into account (``counts``: for this run's attempts and outcome)."""
+        instance_id = record.instance_id
+        self.all_attempts[instance_id] = self.all_attempts.get(instance_id, 0) + 1
+        if not counts:
+            return
+        self.attempts[instance_id] = self.attempts.get(instance_id, 0) + 1
+        if record.done or not self.is_done(instance_id):
+            self.final[instance_id] = record
+
+    def is_done(self, instance_id: str) -> bool:
+        record = self.final.get(instance_id)
+        return record is not None and record.done
+
+    def should_run(self, instance_id: str, max_attempts: int) -> bool:
+        """Not done, and fewer than ``max_attempts`` attempts (of this run's records) so far."""
+        return not self.is_done(instance_id) and self.attempts.get(instance_id, 0) < max_attempts
+
+    def next_attempt(self, instance_id: str) -> int:
+        """The number of the next attempt (counting every attempt the file holds)."""
+        return self.all_attempts.get(instance_id, 0) + 1
+
+
+def prediction(instance_id: str, patch: str, model_name: str) -> dict[str, Any]:
+    """One SWE-bench prediction (mini-swe-agent's keys)."""
+    return {"model_name_or_path": model_name, "instance_id": instance_id, "model_patch": patch}
+
+
+class PredsFile:
+    """``preds.json``: a dict of predictions, rewritten atomically on every change."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self.preds: dict[str, dict[str, Any]] = {}
+        if self.path.exists():
+            from swe_sandbox.batch.predictions import load_predictions
+
+            self.preds = {p["instance_id"]: p for p in load_predictions(self.path)}
+
+    def keep_only(self, instance_ids: set[str]) -> None:
+        """Drop the entries of other instances (written before a crash, not committed)."""
+        with self._lock:
+            if set(self.preds) - instance_ids:
+                self.preds = {k: v for k, v in self.preds.items() if k in instance_ids}
+                self._write()
+
+    def put(self, instance_id: str, patch: str, model_name: str) -> None:
+        with self._lock:
+            self.preds[instance_id] = prediction(instance_id, patch, model_name)
+            self._write()
+
+    def _write(self) -> None:
+        from swe_sandbox.agent.trajectory import atomic_write_text, to_json
+
+        atomic_write_text(self.path, to_json(dict(sorted(self.preds.items())), indent=2) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file's content, or None when it is missing or (being replaced) unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

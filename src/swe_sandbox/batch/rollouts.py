@@ -1,0 +1,211 @@
+"""One rollout: a task's sandbox, the agent to an exit status, then (optionally) evaluation.
+
+``rollout`` is one function returning one value (``RolloutResult``); it writes nothing but the
+trajectory it is asked to keep up to date (``trajectory_path``, after every step). It is safe to
+call from many threads: each call builds its own model, sandbox and agent.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from pydantic import BaseModel
+
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.control import Cancellation, CostBudget
+    from swe_sandbox.batch.tasks import Task
+
+#: Exit statuses that are agent outcomes (done: never run again), besides ``AGENT_ERRORS``.
+AGENT_OUTCOMES = frozenset({"Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError"})
+#: Failures that are the instance's or the config's, not the infrastructure's: done, with an error.
+AGENT_ERRORS = frozenset({"SetupFailed", "ConfigError", "ModelError"})
+#: A ``ModelError`` whose message says this failed after retries: the provider was unreachable (infra).
+MODEL_GAVE_UP = "(gave up after"
+#: The exit status of a rollout stopped by ``Cancellation`` (Ctrl-C): not done, not an attempt.
+INTERRUPTED = "KeyboardInterrupt"
+#: Placeholder in string values of the model config, replaced by the task's id (e.g. a replay
+#: model's ``trajectory: solutions/{instance_id}.traj.json``).
+INSTANCE_PLACEHOLDER = "{instance_id}"
+
+Progress = Callable[..., None]
+
+
+class RolloutResult(BaseModel):
+    """What one rollout returns."""
+
+    instance_id: str
+    exit_status: str
+    """``Submitted``, ``LimitsExceeded``, ..., an exception's class name, or ``KeyboardInterrupt``."""
+    done: bool
+    """An agent outcome (True) or an infrastructure failure / interruption (False: run again)."""
+    submission: str = ""
+    messages: list[dict[str, Any]] = []
+    cost: float = 0.0
+    """USD."""
+    api_calls: int = 0
+    steps: int = 0
+    duration_s: float = 0.0
+    error: str = ""
+    backend: str = ""
+    started_at: float = 0.0
+    evaluation: EvalResult | None = None
+    model_name: str = ""
+
+    @property
+    def resolved(self) -> bool | None:
+        return None if self.evaluation is None else self.evaluation.resolved
+
+    @property
+    def reward(self) -> float | None:
+        return None if self.evaluation is None else self.evaluation.reward
+
+
+def is_done(exit_status: str, error: str = "") -> bool:
+    """Whether an exit status is an agent outcome (DESIGN.md §7: infrastructure failures are not)."""
+    if exit_status == "ModelError":
+        return MODEL_GAVE_UP not in error
+    return exit_status in AGENT_OUTCOMES or exit_status in AGENT_ERRORS
+
+
+def rollout(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
+            trajectory_path: str | Path | None = None, cancel: "Cancellation | None" = None,
+            budget: "CostBudget | None" = None, progress: Progress | None = None,
+            eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S) -> RolloutResult:
+    """Run the agent on ``task`` in a fresh sandbox, then evaluate its patch in another.
+
+    Args:
+        task: the task (``swe_sandbox.batch.load_tasks``).
+        run_config: ``{"agent": {...}, "model": {...}}`` as ``swe_sandbox.agent.load_run_config``
+            returns it; ``{instance_id}`` in the model's string fields becomes the task's id.
+        env_config: the environment config (``{"backend": "bwrap", ...}``); the task's image,
+            cwd and workspace are applied on top.
+        evaluate: evaluate the patch (``swe_sandbox.batch.evaluation``) when the run is done.
+        trajectory_path: where the agent saves its trajectory after every step (None: not saved).
+        cancel: stops the rollout at its next step and closes its sandbox at once.
+        budget: the batch's total cost limit: once reached, the agent stops with ``LimitsExceeded``.
+        progress: called as ``progress(instance_id, **fields)`` with ``phase``, ``step``, ``cost``,
+            ``command`` (from the rollout's thread).
+        eval_timeout: seconds for ``eval_command``.
+
+    Returns:
+        RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
+    """
+    started, wall = time.monotonic(), time.time()
+    report = progress or (lambda *a, **k: None)
+    report(task.instance_id, phase="starting")
+    result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report)
+    result.started_at = wall
+    if evaluate and result.done:
+        report(task.instance_id, phase="evaluating")
+        _evaluate(task, result, env_config, cancel, eval_timeout)
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+def _evaluate(task: "Task", result: RolloutResult, env_config: dict[str, Any],
+              cancel: "Cancellation | None", timeout: float) -> None:
+    from swe_sandbox.batch.evaluation import evaluate
+
+    try:
+        result.evaluation = evaluate(task, result.submission, env_config, timeout=timeout, cancel=cancel)
+    except KeyboardInterrupt:
+        result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
+        return
+    if result.evaluation.infra_failure:
+        result.done, result.error = False, f"evaluation: {result.evaluation.error}"
+
+
+def model_config_for(task: "Task", model: dict[str, Any]) -> dict[str, Any]:
+    """``model`` with ``{instance_id}`` in its string values replaced by the task's id."""
+    return {k: v.replace(INSTANCE_PLACEHOLDER, task.instance_id) if isinstance(v, str) else v
+            for k, v in model.items()}
+
+
+def _run_agent(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any],
+               trajectory_path: str | Path | None, cancel: "Cancellation | None",
+               budget: "CostBudget | None", report: Progress) -> RolloutResult:
+    from swe_sandbox.batch.sandbox import task_sandbox
+    from swe_sandbox.models import get_model
+
+    backend = str(env_config.get("backend", ""))
+    agent = None
+    try:
+        model = get_model(model_config_for(task, run_config["model"]))
+        with task_sandbox(task, env_config) as environment:
+            agent = make_batch_agent(model, environment, task.instance_id, cancel=cancel, budget=budget,
+                                     progress=report, **{**run_config["agent"], "output_path": trajectory_path})
+            if cancel is not None:
+                with cancel.closing(environment):
+                    agent.run(task.problem_statement)
+            else:
+                agent.run(task.problem_statement)
+    except KeyboardInterrupt:
+        return _result(task, agent, backend, INTERRUPTED, "interrupted")
+    except Exception as exc:  # the sandbox did not start, setup failed, a bad config: a value
+        status = type(exc).__name__
+        if cancel is not None and cancel.cancelled:
+            status = INTERRUPTED
+        return _result(task, agent, backend, status, f"{type(exc).__name__}: {exc}")
+    finally:
+        if budget is not None:
+            budget.finish(task.instance_id, agent.model_cost if agent is not None else 0.0)
+    status = agent.exit_status
+    if cancel is not None and cancel.cancelled and not is_done(status, _exit_text(agent)):
+        status = INTERRUPTED
+    return _result(task, agent, backend, status, "" if status == "Submitted" else _exit_text(agent))
+
+
+def _exit_text(agent: Any) -> str:
+    last = agent.messages[-1] if agent is not None and agent.messages else {}
+    return str(last.get("content") or "")[:2000] if last.get("role") == "exit" else ""
+
+
+def _result(task: "Task", agent: Any, backend: str, status: str, error: str) -> RolloutResult:
+    """The result of a finished (or failed) agent run, from what ``agent`` holds (None: never built)."""
+    from swe_sandbox.redact import redact
+
+    done = status != INTERRUPTED and is_done(status, error)
+    error = redact(error, agent.known_secrets() if agent is not None else ())
+    if agent is None:
+        return RolloutResult(instance_id=task.instance_id, exit_status=status, done=done, error=error, backend=backend)
+    model = agent.model
+    return RolloutResult(
+        instance_id=task.instance_id, exit_status=status, done=done, error=error, backend=backend,
+        submission=agent.redacted()["info"]["submission"] if status == "Submitted" else "",
+        messages=agent.messages, cost=agent.model_cost, api_calls=int(getattr(model, "n_calls", 0) or 0),
+        steps=agent.n_steps, model_name=str(getattr(getattr(model, "config", None), "model_name", "") or ""))
+
+
+def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancellation | None" = None,
+                     budget: "CostBudget | None" = None, progress: Progress | None = None, **config: Any):
+    """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
+    the batch's ``budget`` (``LimitsExceeded``), and reports each step and command to ``progress``."""
+    from swe_sandbox.agent.default import DefaultAgent
+    from swe_sandbox.errors import LimitsExceeded
+
+    report = progress or (lambda *a, **k: None)
+
+    class BatchAgent(DefaultAgent):
+        def check_limits(self) -> None:
+            if cancel is not None and cancel.cancelled:
+                raise KeyboardInterrupt("batch cancelled")
+            if budget is not None and budget.exhausted():
+                text = f"The batch's total cost limit was reached (${budget.limit:.2f})."
+                raise LimitsExceeded({"role": "exit", "content": text,
+                                      "extra": {"exit_status": "LimitsExceeded", "submission": ""}})
+            super().check_limits()
+
+        def on_query(self, message: dict[str, Any]) -> None:
+            report(instance_id, phase="running", step=self.n_steps, cost=self.model_cost)
+
+        def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
+            report(instance_id, command=str(action.get("command", "")))
+
+    agent = BatchAgent(model, env, **config)
+    if budget is not None:
+        budget.track(instance_id, lambda: agent.model_cost)
+    return agent

@@ -1,0 +1,129 @@
+"""A task's sandbox: the environment config a task asks for, started with its workspace and setup.
+
+Used alike for the agent's sandbox and for each evaluation's *fresh* one, so both start from the
+same trusted inputs: the task's image, a copy of its workspace (copied in with ``upload``; the
+host directory is never bound into the sandbox nor changed) and its ``setup_command``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+from swe_sandbox.errors import SweSandboxError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.tasks import Task
+    from swe_sandbox.environments.base import Environment
+
+#: Backends whose ``image`` field a task's ``image`` sets.
+IMAGE_BACKENDS = ("docker", "podman")
+#: Seconds ``setup_command`` may take when the task and config say nothing.
+DEFAULT_SETUP_TIMEOUT_S = 600.0
+
+
+class SetupFailed(SweSandboxError):
+    """The task's ``setup_command`` exited non-zero: the instance's error, not the agent's."""
+
+
+def task_env_config(task: "Task", env_config: dict[str, Any]) -> dict[str, Any]:
+    """``env_config`` with the task's ``image`` (docker/podman) and ``cwd`` set.
+
+    ``workspace`` is removed from the config: a task's workspace is copied in by ``start_sandbox``.
+    """
+    data = {k: v for k, v in env_config.items() if k != "workspace"}
+    if task.image and data.get("backend") in IMAGE_BACKENDS:
+        data["image"] = task.image
+    if task.cwd:
+        data["cwd"] = task.cwd
+    return data
+
+
+@contextmanager
+def task_sandbox(task: "Task", env_config: dict[str, Any], *,
+                 setup_timeout: float | None = None) -> Iterator["Environment"]:
+    """The task's sandbox, started, workspace copied in, ``setup_command`` run; closed on exit.
+
+    Args:
+        task: the task.
+        env_config: the environment config (a dict with ``backend``), before the task's fields.
+        setup_timeout: seconds for ``setup_command``; None: ``DEFAULT_SETUP_TIMEOUT_S``.
+
+    Yields:
+        Environment: started. On ``local`` the workspace goes to a fresh temporary directory
+        (its ``cwd``), removed on exit.
+
+    Raises:
+        SetupFailed: ``setup_command`` exited non-zero.
+        ConfigError, BackendUnavailable, SandboxError: as ``get_environment`` and ``start`` raise them.
+    """
+    from swe_sandbox.environments import get_environment
+
+    data = task_env_config(task, env_config)
+    scratch = None
+    if data.get("backend") == "local" and task.workspace is not None and not task.cwd:
+        scratch = tempfile.mkdtemp(prefix="swe-sandbox-task-")
+        data["cwd"] = scratch
+    try:
+        with get_environment(data) as environment:
+            environment.start()
+            if task.workspace is not None:
+                _copy_workspace(environment, task)
+            if task.setup_command.strip():
+                _run_setup(environment, task, setup_timeout or DEFAULT_SETUP_TIMEOUT_S)
+            yield environment
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _run_setup(environment: "Environment", task: "Task", timeout: float) -> None:
+    result = environment.execute({"command": task.setup_command}, timeout=timeout)
+    if result["returncode"] != 0:
+        tail = result["output"][-500:].strip()
+        why = f": {result['exception_info']}" if result["exception_info"] else ""
+        raise SetupFailed(f"setup_command exited {result['returncode']}{why}{': ' + tail if tail else ''}")
+
+
+def _copy_workspace(environment: "Environment", task: "Task") -> None:
+    """Upload the task's workspace into where commands start (``cwd``, else ``mount_point``)."""
+    from swe_sandbox.agent.cli import upload_workspace
+    from swe_sandbox.errors import ConfigError
+
+    config = environment.config
+    target = getattr(config, "cwd", "") or getattr(config, "mount_point", "")
+    if not target:
+        raise ConfigError(f"{task.instance_id}: workspace: backend {config.backend!r} has no working "
+                          "directory to copy it to; set the task's cwd or environment.cwd")
+    upload_workspace(environment, task.workspace, target)
+
+
+def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
+    """On docker/podman, check before anything runs that every task's image exists.
+
+    Raises:
+        TaskFileError: an image the engine does not have (the message names the task's line and
+            the ``image`` field).
+        BackendUnavailable: the engine cannot be reached.
+    """
+    from swe_sandbox.batch.tasks import TaskFileError
+    from swe_sandbox.environments import environment_class
+    from swe_sandbox.errors import BackendUnavailable
+
+    backend = str(env_config.get("backend", ""))
+    if backend not in IMAGE_BACKENDS:
+        return
+    cls = environment_class(backend)
+    reason = cls.unavailable_reason(url=env_config.get("url", ""))
+    if reason:
+        raise BackendUnavailable(f"{backend}: {reason}")
+    checked: dict[str, str | None] = {}
+    for task in tasks:
+        image = task.image or str(env_config.get("image", ""))
+        if image not in checked:
+            checked[image] = cls.unavailable_reason(url=env_config.get("url", ""), image=image)
+        if checked[image]:
+            field = "image" if task.image else "environment.image"
+            raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): {field}: {checked[image]}")

@@ -1,0 +1,202 @@
+"""Task files: SWE-bench-style instances, one JSON object each (DESIGN.md §7).
+
+A task file is ``.jsonl`` (one object a line; blank lines are skipped) or ``.json`` (a list of
+objects). Field names follow SWE-bench's instances, so a SWE-bench dataset exported to JSON loads
+as it is; fields we do not use (``repo``, ``base_commit``, ``patch``, ...) are kept in
+``Task.model_extra``.
+
+Every error names the file, the line (for ``.json`` the line where the object starts) and the
+field, e.g. ``tasks.jsonl line 3: instance_id: 'a/b' is not a safe file name (no '/')``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from swe_sandbox.errors import ConfigError
+
+#: Longest ``instance_id`` (it becomes a directory and file name).
+MAX_ID_LENGTH = 200
+#: Characters an ``instance_id`` may not hold (it becomes a file name).
+UNSAFE_ID = re.compile(r"[/\\\x00-\x1f]")
+
+
+class TaskFileError(ConfigError):
+    """A task (or predictions) file that does not load; the message names the line and field."""
+
+
+class Task(BaseModel):
+    """One task instance (DESIGN.md §7's table; unknown fields are kept in ``model_extra``)."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    instance_id: str
+    """Unique, and a safe file name: no ``/``, ``\\``, control characters, no leading ``.``."""
+    problem_statement: str
+    """The task text the agent gets."""
+    image: str | None = Field(None, validation_alias=AliasChoices("image", "image_name", "docker_image"))
+    """Container image for docker/podman (also read from ``image_name`` or ``docker_image``)."""
+    workspace: Path | None = None
+    """Host directory copied into the sandbox's working directory (relative to the task file)."""
+    cwd: str = ""
+    """Where commands start inside the sandbox (e.g. ``/testbed``); empty: the environment's."""
+    setup_command: str = ""
+    """Run before the agent (and before evaluation); non-zero is the instance's error."""
+    test_patch: str = ""
+    """Diff applied only at evaluation, never shown to the agent (SWE-bench's hidden tests)."""
+    eval_command: str = ""
+    """Run at evaluation after the model patch and ``test_patch`` are applied."""
+    FAIL_TO_PASS: list[str] = Field(default_factory=list)
+    """Tests the patch must make pass (a list, or a JSON string of one, as SWE-bench stores them)."""
+    PASS_TO_PASS: list[str] = Field(default_factory=list)
+    """Tests that must keep passing."""
+    log_parser: str = "pytest"
+    """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines) or ``exit_status``."""
+    source_line: int = Field(0, exclude=True)
+    """Line of the task file where this task starts (for error messages; not serialized)."""
+
+    @field_validator("instance_id")
+    @classmethod
+    def _safe_id(cls, value: str) -> str:
+        if not value or len(value) > MAX_ID_LENGTH:
+            raise ValueError(f"must be 1 to {MAX_ID_LENGTH} characters")
+        if UNSAFE_ID.search(value) or value.startswith("."):
+            raise ValueError(f"{value!r} is not a safe file name (no '/', '\\', control characters, "
+                             "no leading '.')")
+        return value
+
+    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
+    @classmethod
+    def _test_list(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str):  # SWE-bench stores them as JSON strings
+            try:
+                return json.loads(value) if value.strip() else []
+            except ValueError:
+                raise ValueError("expected a list of test names, or a JSON string of one") from None
+        return value
+
+    @field_validator("log_parser")
+    @classmethod
+    def _known_parser(cls, value: str) -> str:
+        from swe_sandbox.batch.grading import LOG_PARSERS
+
+        if value not in LOG_PARSERS:
+            raise ValueError(f"unknown {value!r} (known: {', '.join(LOG_PARSERS)})")
+        return value
+
+    @model_validator(mode="after")
+    def _parser_fits_tests(self) -> "Task":
+        from swe_sandbox.batch.grading import EXIT_STATUS_PARSER
+
+        if self.log_parser == EXIT_STATUS_PARSER and (self.FAIL_TO_PASS or self.PASS_TO_PASS):
+            raise ValueError("log_parser exit_status reads no test names: leave FAIL_TO_PASS and "
+                             "PASS_TO_PASS empty, or use log_parser pytest")
+        return self
+
+    @property
+    def has_tests(self) -> bool:
+        """Whether resolution is decided by named tests (else: ``eval_command``'s exit status)."""
+        return bool(self.FAIL_TO_PASS or self.PASS_TO_PASS)
+
+
+def load_tasks(path: str | Path) -> list[Task]:
+    """Load and validate a task file.
+
+    Args:
+        path: a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects).
+
+    Returns:
+        list[Task]: in file order; ``workspace`` resolved against the task file's directory.
+
+    Raises:
+        TaskFileError: (a ``ConfigError``) unreadable file, bad JSON, a missing or invalid field,
+            a duplicate ``instance_id``, a ``workspace`` that is not a directory, or no task at
+            all; the message names the file, the line and the field.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError(f"cannot read task file {path}: {exc}") from None
+    items = _json_items(text, path) if path.suffix == ".json" else jsonl_items(text, path)
+    tasks: list[Task] = []
+    seen: dict[str, int] = {}
+    for line, item in items:
+        task = _task(item, line, path)
+        if task.instance_id in seen:
+            raise TaskFileError(f"{path} line {line}: instance_id: {task.instance_id!r} duplicates "
+                                f"line {seen[task.instance_id]}")
+        seen[task.instance_id] = line
+        tasks.append(task)
+    if not tasks:
+        raise TaskFileError(f"{path}: no tasks in the file")
+    return tasks
+
+
+def _task(item: Any, line: int, path: Path) -> Task:
+    """Validate one object of the file (``line`` for messages); resolve and check ``workspace``."""
+    where = f"{path} line {line}"
+    if not isinstance(item, dict):
+        raise TaskFileError(f"{where}: expected a JSON object, got {type(item).__name__}")
+    try:
+        task = Task.model_validate({**item, "source_line": line})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "task"
+        message = "missing (required)" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+        more = f" (and {len(exc.errors()) - 1} more problem(s))" if len(exc.errors()) > 1 else ""
+        raise TaskFileError(f"{where}: {field}: {message}{more}") from None
+    if task.workspace is not None:
+        workspace = task.workspace if task.workspace.is_absolute() else path.parent / task.workspace
+        if not workspace.is_dir():
+            raise TaskFileError(f"{where}: workspace: {workspace} is not a directory")
+        task.workspace = workspace.resolve()
+    return task
+
+
+def jsonl_items(text: str, path: Path) -> list[tuple[int, Any]]:
+    """``(line number, object)`` of each non-blank line; ``TaskFileError`` names a line that is not JSON."""
+    items = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            items.append((number, json.loads(line)))
+        except ValueError as exc:
+            raise TaskFileError(f"{path} line {number}: not valid JSON: {exc}") from None
+    return items
+
+
+def _json_items(text: str, path: Path) -> list[tuple[int, Any]]:
+    """The elements of a top-level JSON list, each with the line where it starts."""
+    data = parse_json(text, path)
+    if not isinstance(data, list):
+        raise TaskFileError(f"{path}: expected a JSON list of task objects, got {type(data).__name__}")
+    decoder, index, items = json.JSONDecoder(), text.index("[") + 1, []
+    for _ in data:
+        index = _skip(text, index, " \t\r\n,")
+        item, end = decoder.raw_decode(text, index)
+        items.append((text.count("\n", 0, index) + 1, item))
+        index = end
+    return items
+
+
+def parse_json(text: str, path: Path) -> Any:
+    """``json.loads(text)``; ``TaskFileError`` naming the line where it is not JSON."""
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise TaskFileError(f"{path} line {getattr(exc, 'lineno', '?')}: not valid JSON: {exc}") from None
+
+
+def _skip(text: str, index: int, chars: str) -> int:
+    while index < len(text) and text[index] in chars:
+        index += 1
+    return index

@@ -1,0 +1,81 @@
+"""``run_batch`` and ``rollout`` through the Python API, on bwrap with a scripted model: the output
+directory, resume, retries of infrastructure failures, the batch's cost limit and cancellation."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+from batch_fixtures import FIX, SUBMIT, bwrap_ok, calc_repo, calc_task, run_config, write_tasks  # noqa: F401
+
+from swe_sandbox.batch import Cancellation, load_tasks, rollout, run_batch
+from swe_sandbox.batch.records import ResultsLog
+
+pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap_ok")]
+
+
+def test_rollout_returns_everything_a_trainer_needs(calc_repo, tmp_path):
+    task = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task("one", calc_repo)]))[0]
+    result = rollout(task, run_config([FIX, SUBMIT]), {"backend": "bwrap"}, evaluate=True)
+    assert (result.exit_status, result.done, result.steps) == ("Submitted", True, 2)
+    assert result.submission.startswith("diff --git a/calc.py")
+    assert result.resolved is True and result.reward == 1.0 and result.evaluation.status == "resolved"
+    assert [m["role"] for m in result.messages][:2] == ["system", "user"]
+    assert "check.py" not in json.dumps(result.messages)  # the hidden test never reached the agent
+
+
+def test_batch_writes_the_directory_and_resumes(calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"i{n}", calc_repo) for n in range(3)]
+                                   + [calc_task("lazy", calc_repo, setup_command="exit 3")]))
+    out = run_batch(tasks, tmp_path / "out", run_config=run_config([FIX, SUBMIT]), env_config="bwrap",
+                    workers=2, evaluate=True)
+    records = {r.instance_id: r for r in ResultsLog(out / "results.jsonl").read()}
+    assert len(records) == 4 and all(r.done for r in records.values())
+    assert records["lazy"].exit_status == "SetupFailed" and "setup_command exited 3" in records["lazy"].error
+    assert {i: r.eval_status for i, r in records.items() if i != "lazy"} == {f"i{n}": "resolved" for n in range(3)}
+    preds = json.loads((out / "preds.json").read_text())
+    assert sorted(preds) == ["i0", "i1", "i2", "lazy"] and preds["lazy"]["model_patch"] == ""
+    assert preds["i0"]["model_name_or_path"] == "deterministic"
+    traj = json.loads((out / "i1" / "i1.traj.json").read_text())
+    assert traj["info"]["exit_status"] == "Submitted" and traj["trajectory_format"] == "mini-swe-agent-1.1"
+    report = json.loads((out / "report.json").read_text())
+    assert report["resolved_ids"] == ["i0", "i1", "i2"] and report["empty_patch_ids"] == ["lazy"]
+    before = (out / "results.jsonl").read_text()
+    run_batch(tasks, out, run_config=run_config([]), env_config="bwrap", evaluate=True)  # all done: nothing runs
+    assert (out / "results.jsonl").read_text() == before
+
+
+def test_a_sandbox_that_does_not_start_is_retried_then_an_error(calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task("broken", calc_repo)]))
+    env = {"backend": "bwrap", "start_timeout": 5, "env": {}, "bwrap_path": "/nonexistent/bwrap"}
+    out = run_batch(tasks, tmp_path / "out", run_config=run_config([SUBMIT]), env_config=env, max_attempts=2)
+    records = ResultsLog(out / "results.jsonl").read()
+    assert [(r.attempt, r.done) for r in records] == [(1, False), (2, False)]
+    assert records[0].exit_status == "BackendUnavailable" and records[0].error
+    assert json.loads((out / "preds.json").read_text() if (out / "preds.json").exists() else "{}") == {}
+    run_batch(tasks, out, run_config=run_config([SUBMIT]), env_config="bwrap", max_attempts=3)  # one more try
+    assert [(r.attempt, r.done) for r in ResultsLog(out / "results.jsonl").read()][-1] == (3, True)
+
+
+def test_total_cost_limit_stops_running_and_new_instances(calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"c{n}", calc_repo) for n in range(3)]))
+    config = run_config(["true"] * 10 + [SUBMIT])
+    config["model"]["cost_per_call"] = 1.0
+    out = run_batch(tasks, tmp_path / "out", run_config=config, env_config="bwrap", cost_limit=3.0)
+    records = ResultsLog(out / "results.jsonl").read()
+    assert [(r.instance_id, r.exit_status, r.cost) for r in records] == [("c0", "LimitsExceeded", 3.0)]
+
+
+def test_cancel_stops_at_once_and_records_nothing(calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"s{n}", calc_repo) for n in range(2)]))
+    cancel = Cancellation()
+    threading.Timer(1.5, cancel.cancel).start()
+    started = time.monotonic()
+    run_batch(tasks, tmp_path / "out", run_config=run_config(["sleep 60", SUBMIT]), env_config="bwrap",
+              workers=2, cancel=cancel)
+    assert time.monotonic() - started < 10
+    assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []
+    saved = json.loads((tmp_path / "out" / "s0" / "s0.traj.json").read_text())
+    assert saved["info"]["exit_status"] in ("KeyboardInterrupt", "SandboxDied", "SandboxError")

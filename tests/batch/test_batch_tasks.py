@@ -1,0 +1,70 @@
+"""Task and predictions files: what loads, and the errors (file, line, field) of what does not."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from batch_fixtures import calc_repo, calc_task, write_tasks  # noqa: F401 - fixture
+
+from swe_sandbox.batch import TaskFileError, load_predictions, load_tasks
+
+
+def test_jsonl_and_json_load_swebench_fields(tmp_path, calc_repo):
+    rows = [calc_task("a", calc_repo, image_name="img:1", repo="x/y", base_commit="abc"),
+            {"instance_id": "b", "problem_statement": "p", "workspace": calc_repo.name, "log_parser": "exit_status"}]
+    (tmp_path / calc_repo.name).symlink_to(calc_repo)
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", rows))
+    (tmp_path / "t.json").write_text(json.dumps(rows, indent=2))
+    from_json = load_tasks(tmp_path / "t.json")
+    assert [t.model_dump() for t in from_json] == [t.model_dump() for t in tasks]
+    assert [t.source_line for t in from_json] == [2, 16]  # where each object starts
+    a, b = tasks
+    assert a.image == "img:1" and a.PASS_TO_PASS == ["check.py::test_zero"] and a.model_extra["repo"] == "x/y"
+    assert b.workspace == calc_repo.resolve() and not b.has_tests  # relative to the task file
+    assert (a.source_line, b.source_line) == (1, 2)
+
+
+@pytest.mark.parametrize("row, expected", [
+    ({"problem_statement": "p"}, "line 2: instance_id: missing (required)"),
+    ({"instance_id": "a/b", "problem_statement": "p"}, "line 2: instance_id: 'a/b' is not a safe file name"),
+    ({"instance_id": "..", "problem_statement": "p"}, "line 2: instance_id: '..' is not a safe file name"),
+    ({"instance_id": "ok"}, "line 2: problem_statement: missing (required)"),
+    ({"instance_id": "ok", "problem_statement": "p", "workspace": "nope"}, "line 2: workspace: "),
+    ({"instance_id": "ok", "problem_statement": "p", "FAIL_TO_PASS": "[oops"}, "line 2: FAIL_TO_PASS: expected a list"),
+    ({"instance_id": "ok", "problem_statement": "p", "log_parser": "junit"}, "line 2: log_parser: unknown 'junit'"),
+    ({"instance_id": "first", "problem_statement": "p"}, "line 2: instance_id: 'first' duplicates line 1"),
+])
+def test_bad_task_names_line_and_field(tmp_path, row, expected):
+    path = write_tasks(tmp_path / "t.jsonl", [{"instance_id": "first", "problem_statement": "p"}, row])
+    with pytest.raises(TaskFileError) as info:
+        load_tasks(path)
+    assert f"{path} {expected}" in str(info.value)
+
+
+def test_not_json_and_empty(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"instance_id": "a", "problem_statement": "p"}\n{"instance_id": \n')
+    with pytest.raises(TaskFileError, match="line 2: not valid JSON"):
+        load_tasks(path)
+    (tmp_path / "t.json").write_text('[\n  {"instance_id": "a", "problem_statement": "p"},\n  {"instance_id": "a/"}\n]')
+    with pytest.raises(TaskFileError, match="line 3: instance_id"):
+        load_tasks(tmp_path / "t.json")
+    (tmp_path / "e.jsonl").write_text("\n")
+    with pytest.raises(TaskFileError, match="no tasks"):
+        load_tasks(tmp_path / "e.jsonl")
+
+
+def test_predictions_shapes_and_errors(tmp_path):
+    pred = {"instance_id": "a", "model_patch": "diff", "model_name_or_path": "m"}
+    (tmp_path / "preds.json").write_text(json.dumps({"a": pred, "b": {"model_patch": None}}))
+    assert [p["model_patch"] for p in load_predictions(tmp_path / "preds.json")] == ["diff", None]
+    (tmp_path / "p.jsonl").write_text(json.dumps(pred) + "\n")
+    assert load_predictions(tmp_path / "p.jsonl") == [pred]
+    (tmp_path / "bad.json").write_text('{"a": {"model_patch": "x"},\n oops}')
+    with pytest.raises(TaskFileError, match=r"bad.json line 2: not valid JSON"):
+        load_predictions(tmp_path / "bad.json")
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"model_patch": "x"}) + "\n")
+    with pytest.raises(TaskFileError, match="line 1: instance_id: missing"):
+        load_predictions(tmp_path / "bad.jsonl")
