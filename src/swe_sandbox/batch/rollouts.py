@@ -183,7 +183,8 @@ def _result(task: "Task", agent: Any, backend: str, status: str, error: str) -> 
 def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancellation | None" = None,
                      budget: "CostBudget | None" = None, progress: Progress | None = None, **config: Any):
     """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
-    the batch's ``budget`` (``LimitsExceeded``), and reports each step and command to ``progress``."""
+    the batch's ``budget`` (``LimitsExceeded``), and reports each step (and the command it is about
+    to run) to ``progress``."""
     from swe_sandbox.agent.default import DefaultAgent
     from swe_sandbox.errors import LimitsExceeded
 
@@ -200,10 +201,9 @@ def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancell
             super().check_limits()
 
         def on_query(self, message: dict[str, Any]) -> None:
-            report(instance_id, phase="running", step=self.n_steps, cost=self.model_cost)
-
-        def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
-            report(instance_id, command=str(action.get("command", "")))
+            actions = (message.get("extra") or {}).get("actions") or [{}]
+            report(instance_id, phase="running", step=self.n_steps, cost=self.model_cost,
+                   command=str(actions[0].get("command", "")))
 
     agent = BatchAgent(model, env, **config)
     if budget is not None:
