@@ -167,7 +167,7 @@ def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, A
     if isinstance(spec, Mapping):
         return dict(spec)
     path = Path(spec)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if path.suffix in (".yaml", ".yml") or path.is_file():  # a directory named like a preset is not a config
         data = load_yaml(path)
         return dict(data.get("environment", data))
     preset = data_dir("environments") / f"{spec}.yaml"

@@ -205,3 +205,10 @@ def test_a_bad_raw_output_length_is_a_protocol_error(follows):
     channel = _ScriptedChannel([struct.pack(">I", len(header)) + header])
     with pytest.raises(ProtocolError, match="frame"):
         channel.recv(5)
+
+
+def test_a_directory_named_like_a_preset_does_not_hide_it(tmp_path, monkeypatch):
+    """`--env ssh` run from a directory that holds an `ssh/` folder (tests/ has one) means the preset."""
+    (tmp_path / "ssh").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert load_environment_config("ssh")["backend"] == "ssh"
