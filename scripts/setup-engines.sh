@@ -7,17 +7,28 @@
 #  1. installs from Debian's packages what is missing: docker.io podman runc catatonit bubblewrap
 #     libseccomp2 (bwrap's seccomp filter, through pyseccomp) openssh-server debootstrap
 #     busybox-static (services are not started by the packages);
-#  2. starts the Docker daemon when none answers (no systemd needed: dockerd in the background,
-#     log in $LOG_DIR/dockerd.log) and waits until `docker info` answers;
-#  3. Podman: checks that a container starts with the configured OCI runtime; where it does not
+#  2. user namespaces (a sandbox's root is never the host's root, DESIGN.md §5): subordinate id
+#     ranges in /etc/subuid and /etc/subgid, added once and never changed: "dockremap" (created, a
+#     system user) 900000000:65536 for Docker's --userns-remap=default, "containers"
+#     1000000000:1000000000 for Podman's per-container userns=auto (65536 ids per running
+#     sandbox); both below bwrap's own host uids (2000000000 on). An entry already there for either
+#     name is kept; a range overlapping another entry is an error, not a guess;
+#  3. starts the Docker daemon when none answers (no systemd needed: dockerd in the background,
+#     log in $LOG_DIR/dockerd.log) with --userns-remap=default (unless /etc/docker/daemon.json sets
+#     userns-remap), and waits until `docker info` answers. A dockerd this script started earlier
+#     without remapping is restarted with it (its running containers end); one started otherwise
+#     is left alone, with a warning (docker sandboxes then refuse to start, saying how to fix it);
+#  4. builds swe-sandbox/base and swe-sandbox/nopython when absent (images/build-offline.sh); a
+#     daemon that starts remapping keeps its images apart, so they are imported again there;
+#  5. Podman: checks that a container starts with the configured OCI runtime; where it does not
 #     (crun refuses a cgroup v1 / hybrid layout), writes a containers.conf drop-in that selects
-#     runc with explicit nofile/nproc ulimits, and checks again;
-#  4. starts the Podman API socket (`podman system service`) at $PODMAN_SOCK;
-#  5. builds swe-sandbox/base and swe-sandbox/nopython when absent (images/build-offline.sh).
+#     runc with explicit nofile/nproc ulimits, and checks again; then (once, or when the ranges
+#     were just added) that a container starts with its own user namespace;
+#  6. starts the Podman API socket (`podman system service`) at $PODMAN_SOCK.
 #
 # Environment: SWE_SANDBOX_LOG_DIR (default /var/log/swe-sandbox), SWE_SANDBOX_PODMAN_SOCK
 # (default /run/podman/podman.sock), SWE_SANDBOX_ENGINES (default "docker podman"),
-# SWE_SANDBOX_RECHECK=1 re-runs the podman runtime check even if it was done before.
+# SWE_SANDBOX_RECHECK=1 re-runs the podman runtime checks even if they were done before.
 set -euo pipefail
 exec </dev/null
 
@@ -30,6 +41,11 @@ PODMAN_CONF=/etc/containers/containers.conf.d/50-swe-sandbox.conf
 STATE_DIR=/run/swe-sandbox
 BUILD_IMAGES=1
 [ "${1:-}" = "--no-images" ] && BUILD_IMAGES=0
+# Subordinate ids (start:count): one range for the dockremap user (Docker maps every container onto
+# it), a large one for Podman's per-container user namespaces; bwrap's pool starts at 2000000000.
+DOCKREMAP_RANGE=900000000:65536
+CONTAINERS_RANGE=1000000000:1000000000
+USERNS_SIZE=65536  # ids per Podman container (as src/swe_sandbox/environments/podman.py)
 
 PACKAGES=(docker.io podman runc catatonit bubblewrap libseccomp2 openssh-server debootstrap busybox-static)
 
@@ -78,14 +94,62 @@ if [ ${#missing[@]} -gt 0 ]; then
     log "installed"
 fi
 
-# --- 2. Docker daemon ---------------------------------------------------------------------------
+# --- 2. subordinate ids for user namespaces -----------------------------------------------------
+SUBIDS_ADDED=0
+ensure_subids() {  # name start:count -> a range for name in /etc/subuid and /etc/subgid
+    local name="$1" start="${2%%:*}" count="${2##*:}" file
+    for file in /etc/subuid /etc/subgid; do
+        [ -e "$file" ] || { : >"$file"; chmod 644 "$file"; }
+        grep -q "^$name:" "$file" && continue  # the admin's or ours: kept as it is
+        if awk -F: -v s="$start" -v c="$count" \
+            'NF >= 3 && $2 + 0 < s + c && s < $2 + $3 {print "  " FILENAME ": " $0; hit = 1} END {exit !hit}' \
+            "$file" >&2; then
+            die "$file: $name:$start:$count would overlap the entries above; add a $name:START:COUNT line of your own"
+        fi
+        [ -s "$file" ] && [ "$(tail -c 1 "$file")" != "" ] && echo >>"$file"  # a last line without its newline
+        echo "$name:$start:$count" >>"$file"
+        log "$file: added $name:$start:$count"
+        SUBIDS_ADDED=1
+    done
+}
+if [[ " $ENGINES " == *" docker "* ]]; then
+    getent group dockremap >/dev/null || groupadd --system dockremap
+    getent passwd dockremap >/dev/null \
+        || useradd --system --gid dockremap --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin dockremap
+    ensure_subids dockremap "$DOCKREMAP_RANGE"
+fi
+[[ " $ENGINES " == *" podman "* ]] && ensure_subids containers "$CONTAINERS_RANGE"
+
+# --- 3. Docker daemon ---------------------------------------------------------------------------
 docker_up() { timeout 10 docker info >/dev/null 2>&1; }
+docker_remapped() { timeout 10 docker info --format '{{range .SecurityOptions}}{{.}} {{end}}' 2>/dev/null | grep -q 'name=userns'; }
+# userns-remap in daemon.json: the admin's choice (the same setting as a flag too stops dockerd)
+daemon_json_userns() { grep -qs '"userns-remap"' /etc/docker/daemon.json; }
+warn_not_remapped() {  # why
+    log "WARNING: $1 does not remap user namespaces, so a container's root would be the host's root:"
+    log "WARNING: docker sandboxes refuse to start. Enable it with \"userns-remap\": \"default\" in"
+    log "WARNING: /etc/docker/daemon.json, restart dockerd and run this script again (it imports the images"
+    log "WARNING: into the remapped storage); or opt out, knowingly, per sandbox: userns: host"
+}
 start_dockerd() {  # extra dockerd flags...
-    log "starting dockerd${*:+ $*} (log: $LOG_DIR/dockerd.log)"
-    setsid nohup dockerd --log-level=warn "$@" >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
+    local remap=(--userns-remap=default)
+    daemon_json_userns && remap=()
+    log "starting dockerd${remap:+ ${remap[*]}}${*:+ $*} (log: $LOG_DIR/dockerd.log)"
+    setsid nohup dockerd --log-level=warn "${remap[@]}" "$@" >>"$LOG_DIR/dockerd.log" 2>&1 </dev/null &
     echo $! >"$STATE_DIR/dockerd.pid"
     wait_for 60 "docker info" docker_up
 }
+if [[ " $ENGINES " == *" docker "* ]] && docker_up && ! docker_remapped; then
+    pid=$(pgrep -xo dockerd || true)
+    if [ -n "$pid" ] && [ "$pid" = "$(cat "$STATE_DIR/dockerd.pid" 2>/dev/null)" ] && ! daemon_json_userns; then
+        log "dockerd (pid $pid, started by this script) does not remap user namespaces: restarting it with them; its containers end"
+        kill "$pid"
+        wait_for 60 "dockerd exit" bash -c "! kill -0 $pid" || { kill -9 "$pid" 2>/dev/null || true; sleep 1; }
+        rm -f "$STATE_DIR/dockerd.pid"
+    else
+        warn_not_remapped "the running dockerd (pid ${pid:-?}, not started by this script or set so in daemon.json)"
+    fi
+fi
 if [[ " $ENGINES " == *" docker "* ]] && ! docker_up; then
     if pgrep -x dockerd >/dev/null; then
         log "a dockerd is running but does not answer yet; waiting"
@@ -103,10 +167,14 @@ if [[ " $ENGINES " == *" docker "* ]] && ! docker_up; then
             die "dockerd did not come up within 60 s"
         fi
     fi
-    log "docker: $(docker version --format 'server {{.Server.Version}}, API {{.Server.APIVersion}}')"
+    if docker_remapped; then
+        log "docker: $(docker version --format 'server {{.Server.Version}}, API {{.Server.APIVersion}}'), userns-remap on"
+    else
+        warn_not_remapped "dockerd (as /etc/docker/daemon.json sets it)"
+    fi
 fi
 
-# --- 3. images ------------------------------------------------------------------------------------
+# --- 4. images ------------------------------------------------------------------------------------
 # build-offline.sh is idempotent: it only checks (image inspect) when an image is up to date with
 # its recipe, re-imports from the cached rootfs when only the engine lacks it, and runs
 # debootstrap only when the recipe changed or nothing is cached.
@@ -117,12 +185,12 @@ if [ "$BUILD_IMAGES" = 1 ]; then
     done
 fi
 
-# --- 4. Podman: OCI runtime check, then the API socket -------------------------------------------
-podman_probe() {  # -> 0 when a container starts with the configured runtime
+# --- 5. Podman: OCI runtime and user namespace checks; 6. the API socket --------------------------
+podman_probe() {  # [podman run options...] -> 0 when a container starts with the configured runtime
     local image
     for image in swe-sandbox/nopython swe-sandbox/base; do
         if podman image exists "$image"; then
-            timeout 60 podman run --rm --network none "$image" true >"$LOG_DIR/podman-probe.log" 2>&1
+            timeout 60 podman run --rm --network none "$@" "$image" true >"$LOG_DIR/podman-probe.log" 2>&1
             return
         fi
     done
@@ -171,6 +239,16 @@ if [[ " $ENGINES " == *" podman "* ]]; then
                 kill "$(cat "$STATE_DIR/podman-service.pid")" 2>/dev/null || true
                 rm -f "$PODMAN_SOCK" "$STATE_DIR/podman-service.pid"
             fi
+        fi
+    fi
+    # The backend's default: a user namespace per container (userns=auto from the containers ranges).
+    if [ "$SUBIDS_ADDED" = 1 ] || [ "${SWE_SANDBOX_RECHECK:-0}" = 1 ] || [ ! -e "$STATE_DIR/podman-userns.ok" ]; then
+        if podman_probe --userns="auto:size=$USERNS_SIZE"; then
+            touch "$STATE_DIR/podman-userns.ok"
+            log "podman: containers get a user namespace of their own (userns=auto, from the containers ranges)"
+        else
+            cat "$LOG_DIR/podman-probe.log" >&2
+            die "podman containers do not start with a user namespace of their own (--userns=auto:size=$USERNS_SIZE); check the containers entries of /etc/subuid and /etc/subgid"
         fi
     fi
     podman_up() { timeout 10 podman --url "unix://$PODMAN_SOCK" version >/dev/null 2>&1; }

@@ -1,7 +1,8 @@
 """Escape tests for the docker and podman backends (DESIGN.md §5), in runner and fallback modes.
 
 What a command inside must not reach or do: the network, the host's processes, the host's
-environment, capabilities beyond the documented minimum, privilege gains, unbounded processes
+environment, the host's root (a user namespace: seen from the host, no process of the container
+is uid or gid 0), capabilities beyond the documented minimum, privilege gains, unbounded processes
 (fork bomb) or memory (a clear out-of-memory result), the host's files and the engine's socket.
 """
 
@@ -14,7 +15,7 @@ import time
 import pytest
 
 import swe_sandbox
-from conftest import require_backend, unique_marker
+from conftest import host_processes_with, require_backend, unique_marker
 from swe_sandbox.environments.container import DEFAULT_CAP_ADD
 
 ENGINES = ("docker", "podman")
@@ -122,6 +123,75 @@ def test_host_files_and_engine_sockets_are_absent(sandbox):
 
 
 # -- privileges ----------------------------------------------------------------------------------------
+
+
+def _pid_namespace(pid: int) -> str:
+    return os.readlink(f"/proc/{pid}/ns/pid")
+
+
+def _host_ids(pid: int) -> dict[str, list[int]]:
+    """Real, effective, saved and filesystem uids and gids of a host process, from the host's /proc."""
+    with open(f"/proc/{pid}/status") as f:
+        return {k: [int(v) for v in rest.split()] for k, _, rest in (line.partition(":") for line in f)
+                if k in ("Uid", "Gid")}
+
+
+def test_container_processes_are_not_host_root(sandbox):
+    """DESIGN.md §5: the sandbox's root is never the host's root, seen from the host. Every process
+    of the container (the runner or the fallback's init and wrapper, and a root command) has only
+    unprivileged host uids and gids, though it is root inside."""
+    marker = unique_marker()
+    result = run(sandbox, f"sleep {marker} >/dev/null 2>&1 </dev/null & id -u; id -g")
+    assert result["output"] == "0\n0\n", result  # root inside
+    try:
+        ours, deadline = _pid_namespace(os.getpid()), time.monotonic() + 20
+        while not (found := [pid for pid in (int(p.split()[0]) for p in host_processes_with(marker))
+                             if _pid_namespace(pid) != ours]):
+            assert time.monotonic() < deadline, f"no sandbox process with {marker} appeared on the host"
+            time.sleep(0.05)
+        namespace = _pid_namespace(found[0])
+        members = []
+        for entry in os.listdir("/proc"):
+            try:
+                if entry.isdigit() and _pid_namespace(int(entry)) == namespace:
+                    members.append((int(entry), _host_ids(int(entry))))
+            except OSError:
+                continue  # ended meanwhile
+        assert len(members) >= 2, members  # at least PID 1 of the container and the sleep
+        as_root = [(pid, ids) for pid, ids in members if 0 in ids["Uid"] or 0 in ids["Gid"]]
+        assert not as_root, f"container processes run as the host's root: {as_root}"
+        with open(f"/proc/{found[0]}/uid_map") as f:
+            inside, outside, _count = f.readline().split()
+        assert inside == "0" and outside != "0", "uid 0 inside is not mapped to an unprivileged host uid"
+    finally:
+        run(sandbox, f"pkill -f 'sleep {marker}'; true")
+
+
+#: create_args that undo the remapping behind the backend's back (an engine that cannot remap).
+HOST_USERNS_ARGS = {"docker": {"userns_mode": "host"}, "podman": {"userns_mode": {"nsmode": "host"}, "idmappings": None}}
+
+
+def test_an_engine_that_does_not_remap_is_refused_not_run_as_host_root(fresh):
+    """userns: remap and a container whose user namespace maps the host's root (a Docker daemon
+    without userns-remap, a Podman without ranges; here forced through create_args): the sandbox
+    does not start, nothing of it remains, and the error says how to enable remapping or opt out."""
+    engine = fresh().engine_class.name  # (never started)
+    env = fresh(create_args=HOST_USERNS_ARGS[engine])
+    with pytest.raises(swe_sandbox.BackendUnavailable) as caught:
+        env.start()
+    message = str(caught.value)
+    assert "root would be the host's root" in message and "userns: host" in message, message
+    assert ("--userns-remap=default" if engine == "docker" else "/etc/subuid") in message, message
+    assert env.container_id is None
+    assert not [c for c in env.engine.list_managed() if c["labels"].get("org.swe-sandbox.run-id") == env.run_id]
+
+
+def test_userns_host_opts_out_and_says_so(fresh):
+    """userns: host, explicitly: root inside is the host's root (as before user namespaces), and
+    the environment's isolation (shown by `swe-sandbox check`) says so."""
+    env = fresh(userns="host")
+    assert run(env, "cat /proc/self/uid_map")["output"].split() == ["0", "0", "4294967295"]
+    assert "root inside IS the host's root" in env.isolation and env.info["userns"] == "host"
 
 
 def _status(env):

@@ -25,7 +25,7 @@ from swe_sandbox.config import DEFAULT_ENV, SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.base import Environment
 from swe_sandbox.environments.archive import extract_single, tar_directory, tar_path
-from swe_sandbox.environments.container import DEFAULT_CAP_ADD, LAUNCHER, NOPYTHON_FRAME, describe
+from swe_sandbox.environments.container import DEFAULT_CAP_ADD, HOST_ROOT_FRAME, LAUNCHER, NOPYTHON_FRAME, describe
 from swe_sandbox.environments.engine import (
     LABEL_OWNER_PID,
     LABEL_OWNER_START,
@@ -198,16 +198,55 @@ def test_fallback_argv_is_shell_safe_for_ssh():
 # -- the container launcher (checked without running it: its guard ends with kill -9 -1) ------------
 
 
-def test_launcher_writes_a_well_formed_nopython_frame():
-    octal, frame = re.search(r"printf '((?:\\[0-7]{3}){4})%s' '([^']*)'", LAUNCHER).groups()
-    header = bytes(int(o, 8) for o in re.findall(r"\\([0-7]{3})", octal))
-    assert header == struct.pack(">I", len(frame.encode())) and json.loads(frame) == NOPYTHON_FRAME
+def test_launcher_writes_well_formed_frames():
+    found = re.findall(r"printf '((?:\\[0-7]{3}){4})%s' '([^']*)'", LAUNCHER)
+    for octal, frame in found:
+        header = bytes(int(o, 8) for o in re.findall(r"\\([0-7]{3})", octal))
+        assert header == struct.pack(">I", len(frame.encode()))
+    assert [json.loads(frame) for _, frame in found] == [HOST_ROOT_FRAME, NOPYTHON_FRAME]
 
 
 def test_launcher_makes_the_isolated_runner_pid_1():
-    """exec'd first, before any guard or other process: the runner is PID 1 and the only holder of its pipes."""
-    assert LAUNCHER.startswith('if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then exec "$1" -I -S -c "$2"; fi;')
+    """exec'd first, before any guard or other process (only the user namespace check, builtins of
+    the shell, comes before): the runner is PID 1 and the only holder of its pipes."""
+    check, _, rest = LAUNCHER.partition("; done; fi; ")
+    assert check.startswith('if [ "$4" = remap ]; then') and "&" not in check.replace("&&", "")
+    assert rest.startswith('if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then exec "$1" -I -S -c "$2"; fi;')
     assert 'sleep $((end - ${u%%.*})); done; kill -9 -1; kill -TERM 1)' in LAUNCHER
+
+
+@pytest.mark.parametrize("shell", [["sh"], *([["busybox", "sh"]] if shutil.which("busybox") else [])],
+                         ids=lambda s: "-".join(s))
+def test_launcher_refuses_when_the_host_root_is_mapped(shell, tmp_path):
+    """``userns: remap`` and the host's uid or gid 0 in the container's maps (no user namespace),
+    or maps that cannot be read: the host-root frame, and nothing started."""
+    started, python, maps = tmp_path / "started", tmp_path / "python", tmp_path / "maps"
+    python.write_text(f"#!/bin/sh\ntouch {started}\n")
+    python.chmod(0o755)
+    maps.mkdir()
+    frame = json.dumps(HOST_ROOT_FRAME).encode()
+
+    def launch(map_dir: str | None, userns: str = "remap") -> subprocess.CompletedProcess:
+        started.unlink(missing_ok=True)
+        launcher = LAUNCHER if map_dir is None else LAUNCHER.replace("/proc/self/$m", f"{map_dir}/$m")
+        return subprocess.run([*shell, "-c", launcher, "swe-sandbox", str(python), "", "5", userns],
+                              capture_output=True, timeout=10)
+
+    for name in ("uid_map", "gid_map"):  # no user namespace
+        (maps / name).write_text("         0          0 4294967295\n")
+    for map_dir in (str(maps), f"{tmp_path}/missing"):  # the host's own maps; none at all
+        out = launch(map_dir)
+        assert out.stdout == struct.pack(">I", len(frame)) + frame and out.returncode == 1, out
+        assert not started.exists()
+    for name in ("uid_map", "gid_map"):  # a remapped container's maps: the runner starts
+        (maps / name).write_text("         0 1000000000      65536\n")
+    out = launch(str(maps))
+    assert out.returncode == 0 and started.exists(), out
+    (maps / "gid_map").write_text("         0 1000000000      65536\n     65536          0          1\n")
+    out = launch(str(maps))
+    assert out.stdout.endswith(frame) and not started.exists(), "the host's gid 0 is mapped in: refused"
+    out = launch(None, userns="host")
+    assert out.returncode == 0 and started.exists(), "userns: host opts out of the check"
 
 
 # -- engine option mapping ----------------------------------------------------------------------------
@@ -234,6 +273,8 @@ def test_docker_create_kwargs_are_hardened():
     assert kw["nano_cpus"] == 1_500_000_000 and kw["auto_remove"] is True
     assert kw["stdin_open"] is True and kw["detach"] is False and kw["log_config"]["Type"] == "none"
     assert "user" not in kw and "mounts" not in kw
+    assert "userns_mode" not in kw, "remapping is the daemon's: a container only opts out"
+    assert DockerEngine("unix:///nonexistent.sock").create_kwargs(spec(userns="host"))["userns_mode"] == "host"
 
 
 def test_docker_read_only_gets_writable_tmp_and_a_workspace_volume():
@@ -255,8 +296,10 @@ def test_podman_payload_is_hardened_and_auto_removes():
 
     from swe_sandbox.environments.podman import PodmanEngine
 
-    kw = PodmanEngine("unix:///nonexistent.sock").create_kwargs(spec(read_only=True, workspace_volume=True))
-    payload = CreateMixin._render_payload({"image": "x", **kw})  # raises on keys podman-py does not know
+    engine = PodmanEngine("unix:///nonexistent.sock")
+    kw = engine.create_kwargs(spec(read_only=True, workspace_volume=True))
+    CreateMixin._render_payload({"image": "x", **kw})  # raises on keys podman-py does not know
+    payload = engine.create_payload(spec(read_only=True, workspace_volume=True))
     assert payload["netns"] == {"nsmode": "none"} and payload["cap_drop"] == ["ALL"]
     assert payload["no_new_privileges"] is True and payload["init"] is True
     assert payload["resource_limits"]["pids"] == {"limit": 100}
@@ -264,7 +307,23 @@ def test_podman_payload_is_hardened_and_auto_removes():
     assert payload["resource_limits"]["cpu"]["quota"] == 150_000 and payload["resource_limits"]["cpu"]["period"] == 100_000
     assert payload["read_only_filesystem"] is True and payload["stdin"] is True
     assert payload["log_configuration"]["driver"] == "none"
-    assert {"destination": "/workspace", "options": ["size=2g"], "source": None, "type": "tmpfs"} in payload["mounts"]
+    assert payload["remove"] is True and payload["volumes"] == [{"Name": "", "Dest": "/workspace"}]
+    assert not payload.get("mounts"), "no tmpfs at the workspace: Podman cannot copy into it under a user namespace"
+    assert payload["userns"] == {"nsmode": "auto", "value": "size=65536"}
+    assert payload["idmappings"] == {"AutoUserNs": True, "AutoUserNsOpts": {"Size": 65536}}
+
+
+def test_podman_user_namespace_fits_the_user_and_opts_out():
+    pytest.importorskip("podman")
+    from podman.domain.containers_create import CreateMixin
+
+    from swe_sandbox.environments.podman import PodmanEngine
+
+    engine = PodmanEngine("unix:///nonexistent.sock")
+    payload = CreateMixin._render_payload({"image": "x", **engine.create_kwargs(spec(user="70000:1000"))})
+    assert payload["userns"]["value"] == "size=70001" and payload["idmappings"]["AutoUserNsOpts"]["Size"] == 70001
+    payload = CreateMixin._render_payload({"image": "x", **engine.create_kwargs(spec(userns="host"))})
+    assert payload["userns"] == {"nsmode": "host"} and not payload.get("idmappings")
 
 
 def test_trap_podman_py_create_drops_remove():
@@ -312,6 +371,15 @@ def test_trap_podman_py_exec_run_splits_strings_and_ignores_socket():
     assert sent["create"]["Cmd"] == ["echo", "a  b", "echo", "c"], "no longer split? re-check the backends' choice"
     sources = "".join(p.read_text() for p in Path(swe_sandbox.__file__).parent.glob("environments/*.py"))
     assert "exec_run(" not in sources and "exec_start(" not in sources
+
+
+def test_host_network_needs_the_host_user_namespace():
+    """Neither engine gives a remapped container the host's network namespace: said at config time."""
+    with pytest.raises(swe_sandbox.ConfigError, match="environment.userns: .*network: host"):
+        swe_sandbox.get_environment("podman", network="host")
+    env = swe_sandbox.get_environment("docker", network="host", userns="host")
+    assert env.config.userns == "host" and "IS the host's root" in env.isolation
+    assert swe_sandbox.get_environment("docker").config.userns == "remap"
 
 
 # -- labels, owners, gc --------------------------------------------------------------------------------

@@ -36,8 +36,10 @@ answers ``{"op": "nopython"}`` instead of the runner's ready frame and keeps the
 the attach, as the owner tether) alive; each command is one exec, the timeout enforced inside the
 container, stdout and stderr merged inside it.
 
-Safe defaults (DESIGN.md §5), each a config field: network ``none``; all capabilities dropped but
-``DEFAULT_CAP_ADD``; ``no-new-privileges``; pids, memory and CPU limits; an init process; optional
+Safe defaults (DESIGN.md §5), each a config field: root inside is an unprivileged host uid
+(``userns: remap``, a user namespace; a sandbox the engine cannot remap is refused, see
+``_launcher``); network ``none``; all capabilities dropped but ``DEFAULT_CAP_ADD``;
+``no-new-privileges``; pids, memory and CPU limits; an init process (exec fallback); optional
 non-root ``user`` and ``read_only`` root (writable workspace and /tmp); only ``env`` and
 ``forward_env`` (plus ``DEFAULT_ENV``) enter the container.
 """
@@ -57,7 +59,7 @@ import weakref
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
@@ -98,12 +100,29 @@ KNOWN_CAPS = frozenset(
 READ_ONLY_TMPFS = {"/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777",
                    "/run": "rw,nosuid,nodev,mode=755"}
 NOPYTHON_FRAME = {"op": "nopython"}
+#: What the launcher answers instead of starting anything when the container was to be remapped
+#: (``userns: remap``) but the host's uid or gid 0 is mapped into it (or the maps cannot be read).
+HOST_ROOT_FRAME = {"op": "host-root"}
+
+
+def _printf_frame(frame: dict[str, str]) -> str:
+    """A ``printf`` writing ``frame`` as one unauthenticated frame (4-byte length, then the JSON)."""
+    data = json.dumps(frame).encode()
+    octal = "".join("\\%03o" % b for b in struct.pack(">I", len(data)))
+    return f"printf '{octal}%s' '{data.decode()}'"
 
 
 def _launcher() -> str:
-    """The container's main process (``sh -c LAUNCHER swe-sandbox PYTHON BOOTSTRAP MAX_LIFETIME``).
+    """The container's main process
+    (``sh -c LAUNCHER swe-sandbox PYTHON BOOTSTRAP MAX_LIFETIME USERNS``).
 
-    With that python it ``exec``s the runner (``-I -S``: isolated, no ``site``, so the sandbox's
+    First, with ``USERNS`` ``remap``, it checks the container's user namespace from inside, before
+    anything else runs: when the host's uid 0 or gid 0 appears in ``/proc/self/uid_map`` or
+    ``gid_map`` (no user namespace: ``0 0 4294967295``), or a map cannot be read, it writes the
+    ``host-root`` frame and exits, and the host refuses the sandbox. This holds whatever the engine
+    or ``create_args`` did (a Docker daemon without ``userns-remap``, a Podman without ranges).
+
+    With that python it then ``exec``s the runner (``-I -S``: isolated, no ``site``, so the sandbox's
     PYTHON* variables do not reach the runner itself, and ~15 ms less start), which becomes PID 1:
     nothing else in the container holds its pipes, no command can signal it (the kernel drops
     signals from inside a pid namespace to its init unless it handles them), and it keeps the
@@ -111,9 +130,10 @@ def _launcher() -> str:
     ``nopython`` frame, starts the lifetime guard in the background and holds the container until
     its stdin (the owner's attach) ends.
     """
-    frame = json.dumps(NOPYTHON_FRAME).encode()
-    octal = "".join("\\%03o" % b for b in struct.pack(">I", len(frame)))
     return (
+        'if [ "$4" = remap ]; then for m in uid_map gid_map; do s=; '
+        'while read -r a o b; do if [ "$o" = 0 ]; then s=root; break; fi; s=ok; done </proc/self/$m; '
+        f'[ "$s" = ok ] || {{ {_printf_frame(HOST_ROOT_FRAME)}; exit 1; }}; done; fi; '
         'if [ -n "$1" ] && command -v "$1" >/dev/null 2>&1; then exec "$1" -I -S -c "$2"; fi; '
         "trap 'exit 0' TERM; "
         # the guard: at the deadline (on /proc/uptime, in whole seconds), SIGKILL to every process
@@ -122,7 +142,7 @@ def _launcher() -> str:
         '(read -r u _ </proc/uptime; end=$((${u%%.*} + $3)); '
         'while read -r u _ </proc/uptime; [ "${u%%.*}" -lt "$end" ]; do sleep $((end - ${u%%.*})); done; '
         'kill -9 -1; kill -TERM 1) </dev/null >/dev/null 2>&1 & '
-        f"printf '{octal}%s' '{frame.decode()}'; "
+        f"{_printf_frame(NOPYTHON_FRAME)}; "
         # no python: hold the container until the owner's attach ends; a stray TERM (`kill 1`
         # forwarded by init) only interrupts `wait`, and the loop waits again
         'trap : TERM; exec 3<&0 </dev/null >/dev/null 2>&1; cat <&3 & c=$!; '
@@ -152,7 +172,9 @@ class ContainerConfig(EnvironmentConfig):
     python: str = "python3"
     """Interpreter inside the image that runs the runner."""
     network: str = "none"
-    """Network mode: ``none`` (default: no network at all), ``bridge``, ``host``, or a network name."""
+    """Network mode: ``none`` (default: no network at all), ``bridge``, ``host`` (needs ``userns:
+    host``: neither engine shares the host's network namespace with a remapped container), or a
+    network name."""
     cap_drop: list[str] = Field(default_factory=lambda: ["ALL"])
     cap_add: list[str] = Field(default_factory=lambda: list(DEFAULT_CAP_ADD))
     """Capabilities kept after ``cap_drop`` for root (default: ``DEFAULT_CAP_ADD``, documented
@@ -173,6 +195,15 @@ class ContainerConfig(EnvironmentConfig):
     """Read-only root filesystem; the workspace, /tmp, /var/tmp and /run stay writable."""
     tmpfs: dict[str, str] = Field(default_factory=dict)
     """Extra tmpfs mounts: ``{path: options}``, e.g. ``{"/cache": "size=256m"}``."""
+    userns: Literal["remap", "host"] = Field("remap", validate_default=True)
+    """``remap`` (default): every uid of the container, root included, is an unprivileged host
+    uid (a user namespace). Podman gives each container its own 65536 ids (``userns=auto``) from
+    the ``containers`` ranges of /etc/subuid and /etc/subgid; Docker maps every container onto the
+    ``dockremap`` ranges when the daemon runs with ``--userns-remap=default``. Both are set up by
+    ``scripts/setup-engines.sh``. When the engine does not do it, the sandbox does not start
+    (``BackendUnavailable`` saying how to enable it; checked inside the container before anything
+    runs), never silently as host root. ``host``: no user namespace, root inside is root on the
+    host (capabilities dropped as above): an explicit opt-out, for engines you cannot configure."""
     init: bool = True
     """With the exec fallback (``runner: exec``), run an init process (docker-init/catatonit) as
     PID 1: reaps zombies, forwards signals. With the runner, the runner itself is PID 1 (it reaps
@@ -206,6 +237,15 @@ class ContainerConfig(EnvironmentConfig):
             raise ValueError(f"{value!r} is not a size: a number with an optional unit b, k, m or g (e.g. 512m, 4g)")
         return value
 
+    @field_validator("userns")
+    @classmethod
+    def _host_network_needs_host_userns(cls, value: str, info: ValidationInfo) -> str:
+        if value == "remap" and info.data.get("network") == "host":
+            raise ValueError("network: host shares the host's network namespace, which Docker and Podman refuse to a "
+                             "container with a user namespace (userns: remap, the default): set userns: host as well "
+                             "(root in the sandbox is then root on the host), or use network: bridge")
+        return value
+
     @field_validator("cap_add", "cap_drop")
     @classmethod
     def _capability_names(cls, value: list[str]) -> list[str]:
@@ -221,8 +261,11 @@ class ContainerEnvironment(Environment):
 
     config_class: ClassVar[type[ContainerConfig]] = ContainerConfig
     engine_class: ClassVar[type[Engine]] = Engine
-    isolation = ("container: own pid/net/mount/ipc/uts namespaces, no network, capabilities dropped, "
-                 "no-new-privileges, pids/memory/cpu limits")
+    isolation = ("container: own user (root inside is an unprivileged host uid), pid, net, mount, ipc and uts "
+                 "namespaces, no network, capabilities dropped, no-new-privileges, pids/memory/cpu limits")
+    isolation_host_userns = ("container: NO USER NAMESPACE (userns: host): root inside IS the host's root, "
+                             "with capabilities dropped and no-new-privileges; own pid/net/mount/ipc/uts "
+                             "namespaces, no network, pids/memory/cpu limits")
     config: ContainerConfig
 
     def __init__(self, config: ContainerConfig):
@@ -240,6 +283,8 @@ class ContainerEnvironment(Environment):
         self._oom_kills = 0
         self._tether: Channel | None = None
         self._started_at: float | None = None
+        if config.userns == "host":
+            self.isolation = self.isolation_host_userns
 
     # -- engine ---------------------------------------------------------------------------------
     @property
@@ -287,7 +332,8 @@ class ContainerEnvironment(Environment):
         python = "" if cfg.runner == "exec" else cfg.python
         return ContainerSpec(
             image=cfg.image,
-            command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, str(math.ceil(cfg.max_lifetime))],
+            command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, str(math.ceil(cfg.max_lifetime)),
+                     cfg.userns],
             name=f"swe-sandbox-{self.run_id}",
             labels=self.labels(),
             environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **self._home()}),
@@ -305,6 +351,7 @@ class ContainerEnvironment(Environment):
             read_only=cfg.read_only,
             tmpfs={**(READ_ONLY_TMPFS if cfg.read_only else {}), **cfg.tmpfs},
             workspace_volume=cfg.read_only,
+            userns=cfg.userns,
             extra=dict(cfg.create_args),
         )
 
@@ -317,6 +364,8 @@ class ContainerEnvironment(Environment):
             reason = self.engine.unavailable_reason()  # checked only now: a ping costs ~10 ms
             if reason:
                 raise BackendUnavailable(reason) from None
+            if spec.userns == "remap" and self.engine.is_userns_error(exc):
+                raise BackendUnavailable(self._host_root_reason(error_line(exc))) from None
             if self.engine.is_not_found(exc) or not self._has_image(spec.image):
                 raise SandboxStartError(f"{self.engine.name}: no image {spec.image} "
                                         "(build it with `swe-sandbox image build`)") from None
@@ -325,6 +374,12 @@ class ContainerEnvironment(Environment):
         # Removed even if close() is never called (interpreter exit, garbage collection).
         self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
         return cid
+
+    def _host_root_reason(self, what: str) -> str:
+        """Why a ``userns: remap`` sandbox was refused, how to enable remapping, how to opt out."""
+        return (f"{self.engine.name}: refusing to start a sandbox whose root would be the host's root "
+                f"({what}). {self.engine.userns_help} Or opt out, knowing that root in the sandbox is then "
+                "root on the host: userns: host (-c environment.userns=host).")
 
     def _has_image(self, image: str) -> bool:
         try:
@@ -338,12 +393,17 @@ class ContainerEnvironment(Environment):
         cli_env = self.engine.cli_env()
         channel = spawn_runner(self.engine.attach_argv(cid), cli_env, max_lifetime=self.config.max_lifetime)
         try:
-            first = channel.recv(self.config.start_timeout, unauthenticated=(NOPYTHON_FRAME["op"],))
+            first = channel.recv(self.config.start_timeout,
+                                 unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
         except SandboxDied:
             why = channel.diagnose() or self.describe_state()
             channel.close(wait=0.5)
             self._stop()
             raise SandboxStartError(f"{self.engine.name}: the container did not start: {why}") from None
+        if first.get("op") == HOST_ROOT_FRAME["op"]:  # the launcher ran nothing else
+            channel.close(wait=0.5)
+            self._stop()
+            raise BackendUnavailable(self._host_root_reason("the host's uid 0 is mapped into the container"))
         if first.get("op") != NOPYTHON_FRAME["op"]:
             channel.push_back(first)
             self.mode = "runner"
@@ -366,6 +426,7 @@ class ContainerEnvironment(Environment):
         super().start()
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
+        self.info["userns"] = self.config.userns
         try:
             if self._owner() != (0, 0):  # the engine made the working directory root's
                 self._hand_over_workspace()

@@ -7,6 +7,12 @@ Only what is Docker's own lives here: client construction (``api_timeout`` inste
 neutral ``ContainerSpec`` maps onto ``containers.create`` (``security_opt``, ``nano_cpus``,
 an anonymous volume for the workspace when the root is read-only, since Docker cannot copy an
 archive into a tmpfs or a read-only root).
+
+User namespaces are the daemon's: with ``--userns-remap=default`` every container's uids are
+shifted onto the ``dockremap`` ranges of /etc/subuid and /etc/subgid (images then live in the
+daemon's remapped storage, imported again); a container can only opt out (``userns_mode: host``,
+for ``userns: host``). Whether the daemon remaps is checked inside each container by the launcher
+(``ContainerEnvironment``), at no extra API call.
 """
 
 from __future__ import annotations
@@ -28,6 +34,10 @@ class DockerEngine(Engine):
     name = "docker"
     cli_name = "docker"
     sdk_package = "docker"
+    userns_help = ("The Docker daemon does not remap user namespaces: start dockerd with --userns-remap=default "
+                   "(or \"userns-remap\": \"default\" in /etc/docker/daemon.json, then restart it), as "
+                   "scripts/setup-engines.sh does for the dockerd it starts, and import the images again "
+                   "(swe-sandbox image build), since a remapped daemon keeps them apart.")
 
     @classmethod
     def default_url(cls) -> str:
@@ -80,6 +90,8 @@ class DockerEngine(Engine):
             security_opt=["no-new-privileges"] if spec.no_new_privileges else None,
             pids_limit=spec.pids_limit, mem_limit=spec.memory, memswap_limit=spec.memory,
             nano_cpus=int(spec.cpus * 1e9) if spec.cpus else None, user=spec.user or None,
+            # remap is the daemon's (--userns-remap); a container can only leave it
+            userns_mode="host" if spec.userns == "host" else None,
             read_only=spec.read_only, tmpfs=spec.tmpfs or None, auto_remove=True,
             # The runner is the main process, attached: stdin open, closed when the attach ends.
             stdin_open=True, detach=False, log_config=docker.types.LogConfig(type="none"),

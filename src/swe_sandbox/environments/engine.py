@@ -52,6 +52,9 @@ class ContainerSpec:
     read_only: bool
     tmpfs: dict[str, str]
     workspace_volume: bool
+    userns: str = "remap"
+    """``remap``: the container's uids are mapped to unprivileged host uids (Podman: a user
+    namespace of its own; Docker: the daemon's ``userns-remap``); ``host``: the host's uids."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -64,6 +67,9 @@ class Engine:
     name: ClassVar[str] = ""
     cli_name: ClassVar[str] = ""
     sdk_package: ClassVar[str] = ""
+    #: How to make this engine map the container's root to an unprivileged host uid (the end of
+    #: the error when it does not, see ``ContainerEnvironment``).
+    userns_help: ClassVar[str] = ""
 
     def __init__(self, url: str = "", timeout: float = 600.0, cli: str = ""):
         self.url = url or self.default_url()
@@ -114,6 +120,10 @@ class Engine:
 
     def is_not_found(self, exc: BaseException) -> bool:
         raise NotImplementedError
+
+    def is_userns_error(self, exc: BaseException) -> bool:
+        """Whether a create error says the engine cannot give the container a user namespace."""
+        return False
 
     # -- the command-line client ----------------------------------------------------------------
     def cli_argv(self) -> list[str]:

@@ -5,8 +5,18 @@ engines share).
 
 Only what is Podman's own lives here: client construction, how the neutral ``ContainerSpec`` maps
 onto podman-py's ``containers.create`` (``no_new_privileges``, CPU quota, tmpfs as mounts; with a
-read-only root Podman itself mounts /tmp, /var/tmp and /run as tmpfs, and the workspace is a
-tmpfs too, which Podman's archive API can write into), and a removal without stop timeout.
+read-only root Podman itself mounts /tmp, /var/tmp and /run as tmpfs, and the workspace is an
+anonymous volume, as on Docker: Podman's archive API cannot write into a tmpfs of a container
+with a user namespace, EOVERFLOW, since it writes as the host's root, which is not mapped there),
+a user namespace per container, and a removal without stop timeout that takes the anonymous
+volume along (the libpod API's ``volumes``; its ``v`` is the compat API's and is ignored).
+
+User namespaces (``userns: remap``): each container gets ``userns=auto`` with ``USERNS_SIZE`` ids
+(more when a numeric ``user`` needs them), a range of its own taken from the ``containers`` entries
+of /etc/subuid and /etc/subgid; image layers are not copied for it (on a kernel with idmapped
+mounts, as here, Podman mounts them id-shifted: start cost measured unchanged). podman-py's
+``userns_mode`` alone is not enough: the API server ignores ``nsmode: auto`` without
+``idmappings`` (Podman 4.3 measured; its CLI fills them in client-side), so both are sent.
 The attach and the fallback's execs go through the CLI on purpose: podman-py's ``exec_run``
 ignores ``socket=`` (no stdin) and shlex-splits a string command.
 """
@@ -21,8 +31,9 @@ from swe_sandbox.environments.container import ContainerConfig, ContainerEnviron
 from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
 
 CPU_PERIOD = 100_000
-#: tmpfs at the workspace when the root is read-only (Podman can copy archives into it).
-WORKSPACE_TMPFS_SIZE = "2g"
+#: ids in each container's user namespace (0-65535: every uid and gid an image normally uses,
+#: ``nobody`` 65534 included).
+USERNS_SIZE = 65536
 
 
 class PodmanConfig(ContainerConfig):
@@ -35,6 +46,9 @@ class PodmanEngine(Engine):
     name = "podman"
     cli_name = "podman"
     sdk_package = "podman"
+    userns_help = ("Podman needs subordinate ids for user namespaces: a range for the user \"containers\" in "
+                   "/etc/subuid and /etc/subgid (e.g. containers:1000000000:1000000000; each sandbox takes "
+                   f"{USERNS_SIZE} of them while it runs), as scripts/setup-engines.sh writes.")
 
     @classmethod
     def default_url(cls) -> str:
@@ -63,13 +77,16 @@ class PodmanEngine(Engine):
 
         return isinstance(exc, podman.errors.NotFound) or getattr(exc, "status_code", None) == 404
 
+    def is_userns_error(self, exc: BaseException) -> bool:
+        # "could not find enough available IDs" (no ranges, or all taken), "no subuid ranges found"
+        text = str(exc).lower()
+        return "available ids" in text or "subuid" in text or "subgid" in text
+
     def has_image(self, image: str) -> bool:
         return self.client.images.exists(image)
 
     def create_kwargs(self, spec: ContainerSpec) -> dict[str, Any]:
         mounts = [{"type": "tmpfs", "target": path, **_tmpfs_options(opts)} for path, opts in spec.tmpfs.items()]
-        if spec.workspace_volume:
-            mounts.append({"type": "tmpfs", "target": spec.working_dir, "size": WORKSPACE_TMPFS_SIZE})
         kwargs: dict[str, Any] = dict(
             command=spec.command, name=spec.name, labels=spec.labels, environment=spec.environment,
             working_dir=spec.working_dir, hostname=spec.hostname, init=spec.init, network_mode=spec.network,
@@ -80,22 +97,32 @@ class PodmanEngine(Engine):
             cpu_quota=int(spec.cpus * CPU_PERIOD) if spec.cpus else None,
             user=spec.user or None, read_only=spec.read_only or None,
             mounts=mounts or None,
+            **_userns_kwargs(spec),
             # The runner is the main process, attached: stdin open; no log of the protocol.
             stdin_open=True, log_config={"Type": "none"},
         )
         kwargs.update(spec.extra)
         return {k: v for k, v in kwargs.items() if v is not None}
 
-    def create(self, spec: ContainerSpec) -> str:
-        from podman import api
+    def create_payload(self, spec: ContainerSpec) -> dict[str, Any]:
+        """The body of ``POST /containers/create``: podman-py's rendering of ``create_kwargs``, plus
+        ``remove`` (podman-py's create() drops it: its run() removes on the client side) and the
+        workspace's anonymous volume (podman-py renders named volumes only)."""
         from podman.domain.containers_create import CreateMixin
-        from podman.errors import ImageNotFound
 
-        # podman-py's create() drops ``remove`` (its run() removes on the client side), so the
-        # container would never auto-remove: render its payload, add ``remove``, post it here
-        # (which also saves the inspect round trip create() adds).
         payload = CreateMixin._render_payload({"image": spec.image, **self.create_kwargs(spec)})
         payload["remove"] = True
+        if spec.workspace_volume:
+            payload["volumes"] = [*(payload.get("volumes") or []), {"Name": "", "Dest": spec.working_dir}]
+        return payload
+
+    def create(self, spec: ContainerSpec) -> str:
+        from podman import api
+        from podman.errors import ImageNotFound
+
+        # Posted here, not through podman-py's create(): that would drop ``remove`` (the container
+        # would never auto-remove) and add an inspect round trip.
+        payload = self.create_payload(spec)
         response = self.client.api.post("/containers/create", headers={"content-type": "application/json"},
                                         data=api.prepare_body(payload))
         response.raise_for_status(not_found=ImageNotFound)
@@ -118,9 +145,10 @@ class PodmanEngine(Engine):
         return response.json()
 
     def remove(self, cid: str) -> None:
-        # timeout=0: kill at once (podman-py's remove() has no way to say so; default is 10 s).
+        # timeout=0: kill at once (podman-py's remove() has no way to say so; default is 10 s);
+        # volumes: its anonymous volumes too (the workspace of a read-only root).
         response = self.client.api.delete(f"/containers/{cid}",
-                                          params={"force": True, "v": True, "timeout": 0, "ignore": True})
+                                          params={"force": True, "volumes": True, "timeout": 0, "ignore": True})
         if response.status_code not in (200, 204, 404, 409):
             response.raise_for_status()
 
@@ -134,6 +162,15 @@ class PodmanEngine(Engine):
     def cli_argv(self) -> list[str]:
         url = self.url.replace("http+unix://", "unix://", 1)
         return [self.cli, "--url", url]
+
+
+def _userns_kwargs(spec: ContainerSpec) -> dict[str, Any]:
+    """``userns=auto`` with ``USERNS_SIZE`` ids, or enough for a numeric ``user``; or the host's."""
+    if spec.userns == "host":
+        return {"userns_mode": {"nsmode": "host"}}
+    size = max([USERNS_SIZE] + [int(part) + 1 for part in spec.user.split(":") if part.isdigit()])
+    return {"userns_mode": {"nsmode": "auto", "value": f"size={size}"},
+            "idmappings": {"AutoUserNs": True, "AutoUserNsOpts": {"Size": size}}}
 
 
 def _tmpfs_options(opts: str) -> dict[str, Any]:
