@@ -283,26 +283,47 @@ def environ_of(pid):
         return b""
 
 
-def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None):
+def token_of(environ):
+    """The command token (bytes) in ``environ`` as ``environ_of`` returns it, or None."""
+    key = ("\0%s=" % CMD_TOKEN_VAR).encode()
+    at = environ.find(key)
+    if at < 0:
+        return None
+    start = at + len(key)
+    end = environ.find(b"\0", start)
+    return environ[start:] if end < 0 else environ[start:end]
+
+
+def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None, spared=frozenset()):
     """Pids in the tree of one command.
 
     That is: ``roots`` and their descendants, members of process group ``pgid``, holders of the
-    environment ``marker`` (found after ``setsid``), and every orphan re-parented to this runner (a
-    subreaper, or PID 1) since ``adopted_since`` (a /proc starttime), whatever token it shows
-    (found after ``setsid`` + ``env -i``; a token is the command's to forge, so another command's
-    token spares nothing: commands run one at a time, so what was orphaned since this one started
-    is this one's doing, or a daemon of an earlier one re-forking meanwhile, which a timeout ends).
+    environment ``marker`` (found after ``setsid``), and orphans re-parented to this runner (a
+    subreaper, or PID 1) since ``adopted_since`` (a /proc starttime), except those of a daemon of an
+    earlier command re-forking meanwhile: an orphan is spared when it carries the token of an
+    earlier command (in ``spared``) that a process older than ``adopted_since`` still carries.
+    ``env -i``, an invented token, or one a command saved from an earlier command that left nothing
+    running spare nothing (copying the token of a live background job gains nothing: that job could
+    start anything itself).
     """
     me = os.getpid()
-    found = set()
+    found, alive = set(), None
     for pid, (ppid, group, start) in table.items():
         if pid == me:
             continue
-        if (pgid is not None and group == pgid) or (
-                adopted_since is not None and ppid == me and start >= adopted_since):
+        adopted = adopted_since is not None and ppid == me and start >= adopted_since
+        if pgid is not None and group == pgid:
             found.add(pid)
-        elif marker and marker in environ_of(pid):
-            found.add(pid)
+        elif marker or adopted:
+            environ = environ_of(pid)
+            if marker and marker in environ:
+                found.add(pid)
+            elif adopted:
+                token = token_of(environ)
+                if token in spared and alive is None:
+                    alive = set(token_of(environ_of(p)) for p, row in table.items() if row[2] < adopted_since)
+                if token not in spared or token not in alive:
+                    found.add(pid)
     frontier = set(roots) | found
     while frontier:
         frontier = set(p for p, row in table.items() if row[0] in frontier and p != me) - found
@@ -320,7 +341,8 @@ def start_thread(target, *args):
     return True
 
 
-def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, budget=KILL_BUDGET_S, scope=None):
+def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=frozenset(), budget=KILL_BUDGET_S,
+              scope=None):
     """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
 
     Each round stops every process found before killing it, so a fork bomb or a chain of
@@ -333,10 +355,10 @@ def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, budget=KILL_
             pass
     deadline = time.monotonic() + budget
     while True:
-        victims = find_tree(proc_table(scope), roots, pgid, marker, adopted_since)
+        victims = find_tree(proc_table(scope), roots, pgid, marker, adopted_since, spared)
         if not victims and scope is not None:  # /proc/*/children can miss a process mid-fork
             scope = None
-            victims = find_tree(proc_table(), roots, pgid, marker, adopted_since)
+            victims = find_tree(proc_table(), roots, pgid, marker, adopted_since, spared)
         if not victims or time.monotonic() >= deadline:
             return
         for sig in (signal.SIGSTOP, signal.SIGKILL):
@@ -366,6 +388,8 @@ class Runner(object):
         self.max_lifetime = max_lifetime
         self.run_id = "%d-%s" % (os.getpid(), os.urandom(6).hex())
         self.seq = 0
+        #: Tokens of the commands run so far (bytes): their daemons are spared by later timeouts.
+        self.tokens = set()
         self.closing = False
         self.requests = []
         self.cond = threading.Condition()
@@ -429,7 +453,7 @@ class Runner(object):
             why = "is not a directory" if os.path.exists(cwd) else "does not exist"
             msg = "swe-sandbox: working directory %s %s" % (cwd, why)
             return self.result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
-        token = "%s.%d" % (self.run_id, self.seq)
+        token = "%s.%d.%s" % (self.run_id, self.seq, os.urandom(8).hex())
         env = dict(os.environ)
         env.update(req.get("env") or {})
         env[RUN_TOKEN_VAR] = self.run_id
@@ -452,10 +476,12 @@ class Runner(object):
             os.close(command_fd)
         marker = ("\0%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
         stat = proc_stat(proc.pid)
+        tags = (marker, stat and stat[3], frozenset(self.tokens))
+        self.tokens.add(token.encode())
         try:
-            return self.collect(req, proc, read_fd, (marker, stat and stat[3]), started)
+            return self.collect(req, proc, read_fd, tags, started)
         except BaseException:  # whatever went wrong here, the command's tree does not outlive it
-            kill_tree([proc.pid], proc.pid, marker, stat and stat[3], scope=self.scope)
+            kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
             raise
 
     def spawn(self, argv, **kwargs):

@@ -54,11 +54,14 @@ STATUS_PREFIX = "swe-sandbox-status "
 #: Why a status that disagrees with the transport is refused (the result would not be the command's).
 FORGED_STATUS = ("the exec fallback's status was tampered with from inside the sandbox; "
                  "the sandbox is no longer trusted")
+#: How many earlier commands' tokens a timeout spares (daemons of older ones re-forking during a
+#: timeout die with it; the list travels on the wrapper's command line).
+SPARED_TOKENS = 256
 #: ``argv[0]`` of the fallback script inside the sandbox (shows up in ``ps``).
 SCRIPT_NAME = "swe-sandbox-exec"
 
 FALLBACK_SCRIPT = r"""
-cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-}
+cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-} spared=" ${10:-} "
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
 # A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
@@ -87,6 +90,12 @@ stat_of() {  # sets ppid_ and start_ (fields 4 and 22 of /proc/PID/stat); no for
   set -- ${s##*) }
   ppid_=$2 start_=${20}
 }
+older_holder() {  # does a process older than this command carry the environment entry $1?
+  for f in $(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null); do
+    q_=${f#/proc/}; stat_of "${q_%/environ}" && [ "$start_" -lt "$started" ] && return 0
+  done
+  return 1
+}
 sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) orphans with a cleared environment
   for round in 1 2 3; do
     for f in $(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null); do
@@ -97,12 +106,15 @@ sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) 
       [ "$p/fd/9" -ef "$d/trace" ] && kill -KILL "${p#/proc/}" 2>/dev/null
     done
     [ "$orphans" = 1 ] || continue
-    # an orphan adopted by PID 1 since this command started is ours, whatever token it shows
-    # (env -i drops ours; another command's can be forged)
+    # an orphan adopted by PID 1 since this command started is ours, unless it carries the token of
+    # an earlier command that a process older than this command still carries (runner.find_tree's rule)
     for p in /proc/[0-9]*; do
       q=${p#/proc/}
       stat_of "$q" || continue
-      if [ "$ppid_" = 1 ] && [ "$started" != 0 ] && [ "$start_" -ge "$started" ]; then kill -KILL "$q" 2>/dev/null; fi
+      [ "$ppid_" = 1 ] && [ "$started" != 0 ] && [ "$start_" -ge "$started" ] || continue
+      t=$(tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -m1 '^SWE_SANDBOX_CMD=')
+      case $spared in *" ${t#SWE_SANDBOX_CMD=} "*) [ -n "$t" ] && older_holder "$t" && continue ;; esac
+      kill -KILL "$q" 2>/dev/null
     done
   done
 }
@@ -176,7 +188,8 @@ class ExecHandle(Protocol):
 
 
 def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, str],
-                  sweep_orphans: bool = False, deadline_cs: int | None = None, run_trace: str = "") -> list[str]:
+                  sweep_orphans: bool = False, deadline_cs: int | None = None, run_trace: str = "",
+                  spared: list[str] = ()) -> list[str]:
     """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
 
     ``env`` is exported by the script itself (quoted), so a transport that only takes a command
@@ -184,14 +197,16 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     ``deadline_cs``: when the timeout expires, in centiseconds of ``/proc/uptime`` (only where the
     sandbox shares the host's kernel); the watchdog then also counts the time the exec took to start.
     ``run_trace``: a file every command of the environment gets open as its fd 8 (see
-    ``ExecFallbackChannel``'s ``trace_dir``).
+    ``ExecFallbackChannel``'s ``trace_dir``). ``spared``: tokens of earlier commands, whose orphans a
+    timeout spares (``runner.find_tree``'s rule).
     """
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
     collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
     timeout_ticks = "" if timeout is None else str(max(1, math.ceil(float(timeout) * 100)))
     return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, timeout_ticks, token, drain_ticks, collect_ticks,
-            exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs), run_trace]
+            exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs), run_trace,
+            " ".join(spared)]
 
 
 def trace_path(trace_dir: str, run_id: str) -> str:
@@ -252,6 +267,7 @@ class ExecFallbackChannel(Channel):
         self.run_id = f"fallback-{os.getpid()}-{os.urandom(6).hex()}"
         self.run_trace = "" if trace_dir is None else trace_path(trace_dir, self.run_id)
         self.seq = 0
+        self.tokens: list[str] = []  # of the commands run so far (the last SPARED_TOKENS are spared)
         self._pending: list[dict[str, Any]] = [{
             "op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None, **(info or {}),
         }]
@@ -293,11 +309,13 @@ class ExecFallbackChannel(Channel):
         self.seq += 1
         started = time.monotonic()
         timeout = req.get("timeout")
-        token = f"{self.run_id}.{self.seq}"
+        token = f"{self.run_id}.{self.seq}.{os.urandom(8).hex()}"
         env = {**self.env, **(req.get("env") or {}), runner.RUN_TOKEN_VAR: self.run_id}
         # +1: /proc/uptime is truncated to centiseconds; the kill must never come early
         deadline = _uptime_cs() + math.ceil(float(timeout) * 100) + 1 if self.shared_clock and timeout else None
-        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline, self.run_trace)
+        argv = fallback_argv(req.get("cwd") or "", timeout, token, env, self.sweep_orphans, deadline, self.run_trace,
+                             self.tokens[-SPARED_TOKENS:])
+        self.tokens.append(token)
         buf = runner.OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
         try:
             proc = self.proc = self.start_exec(argv)
