@@ -6,7 +6,8 @@
 #     their own sshd on loopback), and builds the sandbox images offline. Needs root (or
 #     passwordless sudo); without it, or with SWE_SANDBOX_SKIP_ENGINES=1, this is a warning and the
 #     backends that are missing skip their tests (under CI they fail).
-#  2. the editable install.
+#  2. the editable install;
+#  3. the bundled task suite (examples/tasks/build.py).
 #
 # Idempotent and fast when everything is present and running (~1-2 s: checks only).
 # Used by the README's test command and by .ci/run. PYTHON selects the interpreter (default: python).
@@ -80,9 +81,18 @@ for spec in [*project.get("dependencies", []), *project.get("optional-dependenci
 PY
 }
 
-if installed_ok; then
-    exit 0
+if ! installed_ok; then
+    say "installing swe-sandbox from $ROOT: pip install -e '.[dev]'"
+    (cd "$ROOT" && PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install -q -e '.[dev]' </dev/null)
 fi
-say "installing swe-sandbox from $ROOT: pip install -e '.[dev]'"
-cd "$ROOT"
-PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install -q -e '.[dev]' </dev/null
+
+# 3. The bundled task suite (examples/tasks/build.py): SWE-bench-style tasks over real projects,
+#    their recorded solutions and, for each engine that answers, their images. Rebuilt only when
+#    its inputs change (otherwise ~1 s). Needs what step 1 sets up; SWE_SANDBOX_SKIP_TASKS=1 skips it.
+if [ "${SWE_SANDBOX_SKIP_TASKS:-0}" = 1 ] || [ "${SWE_SANDBOX_SKIP_ENGINES:-0}" = 1 ]; then
+    say "not building the task suite (SWE_SANDBOX_SKIP_TASKS or SWE_SANDBOX_SKIP_ENGINES)"
+elif [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; }; then
+    "$PYTHON" "$ROOT/examples/tasks/build.py" </dev/null
+else
+    say "WARNING: not root: the task suite is not built (python examples/tasks/build.py, with bwrap usable)"
+fi

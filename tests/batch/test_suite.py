@@ -1,0 +1,53 @@
+"""The bundled task suite (examples/tasks): what the build makes, and the whole suite replayed on
+docker with evaluation: the resolved count as recorded, the one wrong recording unresolved."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from batch_fixtures import run
+from conftest import require_backend
+from suite_fixtures import SCRIPTED_FAILURE, replay_args, rows, suite  # noqa: F401 - fixture
+
+from swe_sandbox.batch import load_tasks
+
+
+def git(repo, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_build_makes_swebench_style_tasks(suite):
+    tasks = load_tasks(suite / "tasks.jsonl")
+    by_repo = {t.model_extra["repo"] for t in tasks}
+    assert len(tasks) >= 20 and len(by_repo) >= 4
+    assert [t.instance_id for t in load_tasks(suite / "tasks-workspace.jsonl")] == [t.instance_id for t in tasks]
+    for task in tasks:
+        assert task.FAIL_TO_PASS and task.PASS_TO_PASS and task.cwd == "/testbed"
+        assert task.image == f"swe-sandbox-suite/{task.instance_id}"
+        repo = suite / "workspaces" / task.instance_id
+        assert git(repo, "rev-list", "--count", "HEAD").strip() == "1" and git(repo, "status", "--porcelain") == ""
+        assert (suite / "solutions" / f"{task.instance_id}.traj.json").is_file()
+        if task.test_patch:  # the tests that catch the bug are hidden from the agent: test_patch adds them
+            added = {line.split("def ", 1)[1].split("(")[0] for line in task.test_patch.splitlines()
+                     if line.startswith("+") and "def test" in line}
+            assert {name.split("::")[-1].split("[")[0] for name in task.FAIL_TO_PASS} <= added
+    assert sum(bool(t.test_patch) for t in tasks) >= 15
+
+
+@pytest.mark.docker
+def test_suite_replayed_on_docker_resolves_as_recorded(suite, tmp_path):
+    require_backend("docker")
+    out = tmp_path / "out"
+    done = run([sys.executable, "-m", "swe_sandbox", "batch", str(suite / "tasks.jsonl"), "-o", str(out),
+                "--env", "docker", "-w", "4", "--eval", *replay_args(suite)], timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    report = json.loads((out / "report.json").read_text())
+    expected = sorted(r["instance_id"] for r in rows(build=suite) if r["instance_id"] != SCRIPTED_FAILURE)
+    assert report["resolved_ids"] == expected and report["unresolved_ids"] == [SCRIPTED_FAILURE]
+    assert f"resolved: {len(expected)}/{len(expected) + 1}" in done.stdout
+    labels = subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=swe-sandbox-suite/env"],
+                            capture_output=True, text=True).stdout
+    assert labels.strip() == ""  # no container left
