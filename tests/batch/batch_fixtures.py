@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +94,13 @@ def batch_argv(tasks: Path, out: Path, *extra: str) -> list[str]:
 
 def run(argv: list[str], timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def wait_for(predicate, within: float, every: float = 0.05) -> bool:
+    """Whether ``predicate()`` became true within ``within`` seconds (polled every ``every``)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(every)
+    return False

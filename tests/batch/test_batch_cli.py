@@ -12,21 +12,13 @@ import sys
 import time
 
 import pytest
-from batch_fixtures import MARKER, batch_argv, bwrap_ok, calc_repo, calc_task, run, write_tasks  # noqa: F401
+from batch_fixtures import MARKER, batch_argv, wait_for, bwrap_ok, calc_repo, calc_task, run, write_tasks  # noqa: F401
 
 from swe_sandbox.batch.records import ResultsLog
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap_ok")]
 N = 6
 
-
-def wait_for(predicate, within: float) -> bool:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def marker_processes() -> list[str]:

@@ -1,5 +1,6 @@
 """``swe-sandbox eval`` on hand-made predictions, in fresh bwrap sandboxes: resolved, unresolved,
-a patch that does not apply, an empty patch, an eval timeout; the logs graded as ``swebench`` does."""
+a patch that does not apply, an empty patch, an eval timeout (the task's own); the logs graded as
+``swebench`` does."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def evaluated(tmp_path_factory, calc_repo, fix_patch):
     root = tmp_path_factory.mktemp("eval")
     tasks = write_tasks(root / "tasks.jsonl", [
         calc_task("resolved", calc_repo), calc_task("unresolved", calc_repo), calc_task("no_apply", calc_repo),
-        calc_task("empty", calc_repo), calc_task("slow", calc_repo, eval_command="sleep 30"),
+        calc_task("empty", calc_repo), calc_task("slow", calc_repo, eval_command="sleep 30", eval_timeout=2),
         calc_task("fuzzy", calc_repo), calc_task("reward", calc_repo, FAIL_TO_PASS=[], PASS_TO_PASS=[],
                                                  test_patch="", eval_command="python3 -c 'import calc; assert calc.add(1, 1) == 2'",
                                                  log_parser="exit_status")])
@@ -38,7 +39,7 @@ def evaluated(tmp_path_factory, calc_repo, fix_patch):
     preds_file.write_text(json.dumps({k: {"model_name_or_path": "m", "instance_id": k, "model_patch": v}
                                       for k, v in preds.items()}))
     report = run_eval(load_predictions(preds_file), load_tasks(tasks), root / "out", env_config="bwrap",
-                      workers=2, eval_timeout=2)
+                      workers=2)  # the task's own eval_timeout (2 s) bounds "slow"
     return root, report
 
 

@@ -54,9 +54,11 @@ def test_a_sandbox_that_does_not_start_is_retried_then_an_error(calc_repo, tmp_p
     records = ResultsLog(out / "results.jsonl").read()
     assert [(r.attempt, r.done) for r in records] == [(1, False), (2, False)]
     assert records[0].exit_status == "BackendUnavailable" and records[0].error
-    assert json.loads((out / "preds.json").read_text() if (out / "preds.json").exists() else "{}") == {}
-    run_batch(tasks, out, run_config=run_config([SUBMIT]), env_config="bwrap", max_attempts=3)  # one more try
+    # out of attempts: an empty prediction, as SWE-bench counts an instance that produced nothing
+    assert json.loads((out / "preds.json").read_text())["broken"]["model_patch"] == ""
+    run_batch(tasks, out, run_config=run_config([FIX, SUBMIT]), env_config="bwrap", max_attempts=3)  # one more try
     assert [(r.attempt, r.done) for r in ResultsLog(out / "results.jsonl").read()][-1] == (3, True)
+    assert json.loads((out / "preds.json").read_text())["broken"]["model_patch"].startswith("diff --git")
 
 
 def test_total_cost_limit_stops_running_and_new_instances(calc_repo, tmp_path):
@@ -79,3 +81,52 @@ def test_cancel_stops_at_once_and_records_nothing(calc_repo, tmp_path):
     assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []
     saved = json.loads((tmp_path / "out" / "s0" / "s0.traj.json").read_text())
     assert saved["info"]["exit_status"] in ("KeyboardInterrupt", "SandboxDied", "SandboxError")
+
+
+def test_an_evaluation_without_verdict_keeps_the_agent_and_is_evaluated_again(calc_repo, tmp_path, monkeypatch):
+    from swe_sandbox.batch import evaluation
+
+    real, calls = evaluation.evaluate, []
+
+    def flaky(task, patch, env, **kwargs):  # the evaluation's sandbox dies the first time
+        calls.append(patch)
+        if len(calls) == 1:
+            return evaluation.EvalResult(instance_id=task.instance_id, status="error", infra_failure=True,
+                                         error="SandboxDied: the sandbox is gone", patch=patch)
+        return real(task, patch, env, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate", flaky)
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task("e", calc_repo)]))
+    out = run_batch(tasks, tmp_path / "out", run_config=run_config([FIX, SUBMIT]), env_config="bwrap",
+                    evaluate=True, max_attempts=1)
+    first, = ResultsLog(out / "results.jsonl").read()
+    assert (first.exit_status, first.done, first.eval_pending, first.api_calls) == ("Submitted", True, True, 2)
+    assert json.loads((out / "report.json").read_text())["error_ids"] == ["e"]
+    # resumed: only the evaluation runs (a model with no reply left would fail if the agent ran)
+    run_batch(tasks, out, run_config=run_config([]), env_config="bwrap", evaluate=True, max_attempts=2)
+    again = ResultsLog(out / "results.jsonl").read()[-1]
+    assert (again.eval_only, again.eval_status, again.api_calls, again.exit_status) == (True, "resolved", 0, "Submitted")
+    assert calls[0] == calls[1] and json.loads((out / "preds.json").read_text())["e"]["model_patch"] == calls[0]
+    assert json.loads((out / "report.json").read_text())["resolved_ids"] == ["e"]
+
+
+def test_redo_existing_interrupted_then_resumed_redoes_each_instance_once(calc_repo, tmp_path):
+    from swe_sandbox.batch.progress import BatchProgress
+
+    class CancelAfterFirst(BatchProgress):
+        def finished(self, record, result):
+            cancel.cancel()
+
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"r{n}", calc_repo) for n in range(3)]))
+    config = run_config([FIX, SUBMIT])
+    out = run_batch(tasks, tmp_path / "out", run_config=config, env_config="bwrap")
+    cancel = Cancellation()
+    run_batch(tasks, out, run_config=config, env_config="bwrap", redo_existing=True, cancel=cancel,
+              progress=CancelAfterFirst())  # stopped after one redone instance, as a kill would
+    redone = [r.instance_id for r in ResultsLog(out / "results.jsonl").read() if r.generation == 1]
+    assert len(redone) == 1
+    run_batch(tasks, out, run_config=config, env_config="bwrap", redo_existing=True)  # the same command again
+    records = ResultsLog(out / "results.jsonl").read()
+    assert sorted(r.instance_id for r in records if r.generation == 1) == ["r0", "r1", "r2"]  # each redone once
+    run_batch(tasks, out, run_config=config, env_config="bwrap", redo_existing=True)  # finished: a new redo
+    assert sorted(r.instance_id for r in ResultsLog(out / "results.jsonl").read() if r.generation == 2) == ["r0", "r1", "r2"]

@@ -107,7 +107,8 @@ def batch_command(
     slice_spec: Annotated[Optional[str], Opt("--slice", metavar="A:B", help="Only tasks A..B-1 (after --filter).",
                                              show_default=False)] = None,
     shuffle: Annotated[bool, Opt("--shuffle", help="Shuffle the tasks (fixed seed) before --filter/--slice.")] = False,
-    redo_existing: Annotated[bool, Opt("--redo-existing", help="Run done instances again too.")] = False,
+    redo_existing: Annotated[bool, Opt("--redo-existing", help="Run every instance again, once (the same command after an "
+                                                        "interruption resumes that redo).")] = False,
     evaluate: Annotated[bool, Opt("--eval", help="Evaluate each patch in a fresh sandbox.")] = False,
     config_file: Annotated[Optional[Path], Opt("--config", metavar="FILE", help="Run config (default: the shipped "
                                                "config/default.yaml).", show_default=False)] = None,

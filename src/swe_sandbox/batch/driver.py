@@ -13,7 +13,7 @@ import concurrent.futures as cf
 import time
 from collections import deque
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation, CostBudget
@@ -25,6 +25,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_MAX_ATTEMPTS = 3
+
+
+class Job(NamedTuple):
+    """One unit of work of the pool: a rollout, or (``evaluate_only``) an evaluation of the patch
+    an earlier attempt left, whose evaluation failed for an infrastructure reason."""
+
+    instance_id: str
+    evaluate_only: bool
 
 
 class BatchAborted(KeyboardInterrupt):
@@ -53,13 +61,23 @@ class BatchRun:
         self.budget, self.cancel, self.progress, self.eval_timeout = budget, cancel, progress, eval_timeout
         self.results = rec.ResultsLog(output_dir / rec.RESULTS_FILE)
         existing = self.results.read()
-        self.state = rec.ResumeState(existing, ignore_before=len(existing) if redo_existing else 0)
+        generation = rec.redo_generation(existing, self.tasks, max_attempts) if redo_existing else 0
+        self.state = rec.ResumeState(existing, generation)
         self.preds = rec.PredsFile(output_dir / rec.PREDS_FILE)
-        self.preds.keep_only({r.instance_id for r in existing if r.done})
+        self.preds.keep_only({r.instance_id for r in existing if r.done}
+                             | {i for i in self.tasks if self.state.exhausted(i, max_attempts)})
         self.final = dict(rec.ResumeState(existing).final)
 
-    def pending(self) -> list[str]:
-        return [i for i in self.tasks if self.state.should_run(i, self.max_attempts)]
+    def next_job(self, instance_id: str) -> Job | None:
+        """What ``instance_id`` needs now: a rollout, an evaluation of its kept patch, or nothing."""
+        if self.state.should_run(instance_id, self.max_attempts):
+            return Job(instance_id, evaluate_only=False)
+        if self.evaluate and self.state.should_evaluate(instance_id, self.max_attempts):
+            return Job(instance_id, evaluate_only=True)
+        return None
+
+    def pending(self) -> list[Job]:
+        return [job for job in map(self.next_job, self.tasks) if job is not None]
 
     def run(self) -> None:
         """Run every pending instance; commit each attempt as it finishes.
@@ -73,13 +91,13 @@ class BatchRun:
         queue = deque(self.pending())
         self.progress.started(total=len(self.tasks), pending=len(queue), finished=list(self.final.values()))
         pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="swe-sandbox-rollout")
-        running: dict[cf.Future, str] = {}
+        running: dict[cf.Future, Job] = {}
         wait = True
         try:
             self._loop(pool, queue, running)
         except KeyboardInterrupt:
-            self.cancel.cancel()  # running rollouts stop at once; their sandboxes are closed
             try:
+                self.cancel.cancel()  # running rollouts stop at once; their sandboxes are closed
                 for future in cf.as_completed(running):
                     self._commit(future.result())
             except KeyboardInterrupt:
@@ -90,19 +108,20 @@ class BatchRun:
             pool.shutdown(wait=wait, cancel_futures=True)
             self.progress.stopped()
 
-    def _loop(self, pool: cf.ThreadPoolExecutor, queue: deque, running: dict[cf.Future, str]) -> None:
+    def _loop(self, pool: cf.ThreadPoolExecutor, queue: deque, running: dict[cf.Future, Job]) -> None:
         while queue or running:
             while queue and len(running) < self.workers and self._may_start():
-                instance_id = queue.popleft()
-                running[pool.submit(self._rollout, instance_id)] = instance_id
+                job = queue.popleft()
+                work = self._reevaluate if job.evaluate_only else self._rollout
+                running[pool.submit(work, job.instance_id)] = job
             if not running:
                 return
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in finished:
-                instance_id = running.pop(future)
-                self._commit(future.result())
-                if self.state.should_run(instance_id, self.max_attempts) and not self.cancel.cancelled:
-                    queue.append(instance_id)
+                instance_id = running.pop(future).instance_id
+                job = self.next_job(instance_id) if self._commit(future.result()) else None
+                if job is not None and not self.cancel.cancelled:
+                    queue.append(job)
 
     def _may_start(self) -> bool:
         return not self.cancel.cancelled and not self.budget.exhausted()
@@ -114,25 +133,41 @@ class BatchRun:
         result.messages = []  # not kept in memory: the trajectory file has them
         return result
 
-    def _commit(self, result: RolloutResult) -> None:
-        """Write one finished attempt: ``preds.json`` and eval files, then its ``results.jsonl`` line."""
-        if result.exit_status == INTERRUPTED:  # not an attempt: it runs again on resume
+    def _reevaluate(self, instance_id: str) -> RolloutResult:
+        """Evaluate the patch of ``instance_id``'s kept attempt again (its agent is not run)."""
+        from swe_sandbox.batch.rollouts import evaluate_kept
+
+        previous = self.final[instance_id]
+        patch = (self.preds.preds.get(instance_id) or {}).get("model_patch") or ""
+        self.progress.update(instance_id, phase="evaluating")
+        return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config,
+                             cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend)
+
+    def _commit(self, result: RolloutResult) -> bool:
+        """Write one finished attempt: ``preds.json`` and eval files, then its ``results.jsonl``
+        line. An instance out of attempts gets an empty prediction (SWE-bench counts it as an
+        empty patch, as mini-swe-agent writes one). Returns False for an interrupted rollout
+        (not an attempt: it runs again on resume)."""
+        if result.exit_status == INTERRUPTED:
             self.progress.finished(None, result)
-            return
+            return False
         instance_id = result.instance_id
+        model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
         if result.done:
-            model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
             self.preds.put(instance_id, result.submission, model_name)
-            if result.evaluation is not None:
+            if result.evaluation is not None and not result.evaluation.infra_failure:
                 from swe_sandbox.batch.evaluation import write_eval_files
 
                 write_eval_files(result.evaluation, instance_dir(self.dir, instance_id) / rec.EVAL_DIR)
         record = self._record(result)
         self.results.append(record)
         self._advance(record)
+        if self.state.exhausted(instance_id, self.max_attempts):
+            self.preds.put(instance_id, "", model_name)
         if self.evaluate:
             self._write_report()
         self.progress.finished(record, result)
+        return True
 
     def _advance(self, record: rec.AttemptRecord) -> None:
         """Count ``record`` in the resume state and the final record of its instance."""
@@ -144,6 +179,8 @@ class BatchRun:
     def _record(self, result: RolloutResult) -> rec.AttemptRecord:
         evaluation = result.evaluation
         return rec.AttemptRecord(
+            eval_pending=bool(evaluation and evaluation.infra_failure), eval_only=result.evaluate_only,
+            generation=self.state.generation,
             instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
             exit_status=result.exit_status, done=result.done, error=result.error, cost=result.cost,
             api_calls=result.api_calls, steps=result.steps, duration_s=round(result.duration_s, 3),
@@ -176,8 +213,11 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
         env_config: a preset name, YAML file or dict (default ``bwrap``).
         workers: rollouts at once (>= 1).
         evaluate: evaluate each patch in a fresh sandbox; writes ``<id>/eval/`` and ``report.json``.
-        max_attempts: attempts per instance in all, infrastructure failures included (>= 1).
-        redo_existing: run every instance again, done or not (earlier lines stay in the file).
+        max_attempts: attempts per instance in all, infrastructure failures included (>= 1);
+            likewise evaluations without a verdict (the agent's result is kept, the evaluation
+            runs again). An instance out of attempts gets an empty ``preds.json`` entry.
+        redo_existing: run every instance again once, done or not (earlier lines stay in the
+            file); rerun after an interruption, it resumes that redo: what it finished is kept.
         cost_limit: total USD for the run (0: none): once reached, running agents stop with
             ``LimitsExceeded`` and no new instance starts.
         eval_timeout: seconds for each ``eval_command``.

@@ -61,7 +61,8 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
     directory.mkdir(parents=True, exist_ok=True)
     log = rec.ResultsLog(directory / rec.RESULTS_FILE)
     existing = log.read()
-    state = rec.ResumeState(existing, ignore_before=len(existing) if redo_existing else 0)
+    generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
+    state = rec.ResumeState(existing, generation)
     todo = [i for i in by_id if state.should_run(i, max_attempts)]
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval") as pool:
         futures = {pool.submit(_one, by_id[i], preds[i]["model_patch"], env, eval_timeout): i for i in todo}
@@ -70,6 +71,7 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
             if not result.infra_failure:
                 write_eval_files(result, directory / result.instance_id / rec.EVAL_DIR)
             record = _record(result, state.next_attempt(result.instance_id), started, str(env.get("backend", "")))
+            record.generation = generation
             log.append(record)
             state.add(record)
     outcomes = {i: r.eval_status for i, r in state.final.items() if r.done and r.eval_status}

@@ -76,7 +76,8 @@ def evaluate(task: "Task", patch: str | None, env_config: dict[str, Any], *,
         task: the task (image, workspace, cwd, setup_command, test_patch, eval_command, tests).
         patch: the prediction's diff; None or blank: an empty patch (no sandbox is started).
         env_config: the environment config (a dict with ``backend``).
-        timeout: seconds for ``eval_command`` (a timeout is status ``timeout``, unresolved).
+        timeout: seconds for ``eval_command`` (a timeout is status ``timeout``, unresolved), unless
+            the task sets its own ``eval_timeout``.
         cancel: closes the sandbox at once when cancelled.
 
     Returns:
@@ -89,6 +90,7 @@ def evaluate(task: "Task", patch: str | None, env_config: dict[str, Any], *,
     from swe_sandbox.errors import BackendUnavailable, SandboxError
 
     started = time.monotonic()
+    timeout = task.eval_timeout or timeout
     if patch is None or not patch.strip():
         report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
         return EvalResult(instance_id=task.instance_id, status=EMPTY_PATCH, report=report, patch=patch)

@@ -67,6 +67,14 @@ class AttemptRecord(BaseModel):
     """With evaluation: ``resolved``, ``unresolved``, ``empty_patch``, ``patch_failed``, ``timeout``, ``error``."""
     resolved: bool | None = None
     reward: float | None = None
+    eval_pending: bool = False
+    """The agent's outcome is kept (``done``) but its evaluation failed for an infrastructure
+    reason (no verdict, ``eval_status: error``): it is evaluated again on resume, not run again."""
+    eval_only: bool = False
+    """This line is a re-evaluation of an earlier attempt's patch (its agent fields are copied,
+    its cost, api calls and steps are 0)."""
+    generation: int = 0
+    """0, or the ``--redo-existing`` run this attempt belongs to (1, 2, ...)."""
 
 
 class ResultsLog:
@@ -120,24 +128,30 @@ class ResumeState:
 
     Args:
         records: the file's records, in order.
-        ignore_before: records before this index do not count (``--redo-existing``: the
-            attempts of earlier runs are kept in the file but the instances run again).
+        generation: records of earlier generations do not count (``--redo-existing``: the
+            attempts of earlier runs stay in the file but the instances run again; see
+            ``redo_generation``).
     """
 
-    def __init__(self, records: Iterable[AttemptRecord], ignore_before: int = 0):
+    def __init__(self, records: Iterable[AttemptRecord], generation: int = 0):
+        self.generation = generation
         self.attempts: dict[str, int] = {}
+        self.eval_attempts: dict[str, int] = {}
         self.all_attempts: dict[str, int] = {}
         self.final: dict[str, AttemptRecord] = {}
-        for index, record in enumerate(records):
-            self.add(record, counts=index >= ignore_before)
+        for record in records:
+            self.add(record)
 
-    def add(self, record: AttemptRecord, counts: bool = True) -> None:
-        """Take one more record into account (``counts``: for this run's attempts and outcome)."""
+    def add(self, record: AttemptRecord) -> None:
+        """Take one more record into account (one of an earlier generation only for numbering)."""
         instance_id = record.instance_id
         self.all_attempts[instance_id] = self.all_attempts.get(instance_id, 0) + 1
-        if not counts:
+        if record.generation < self.generation:
             return
-        self.attempts[instance_id] = self.attempts.get(instance_id, 0) + 1
+        if not record.eval_only:
+            self.attempts[instance_id] = self.attempts.get(instance_id, 0) + 1
+        if record.eval_pending:
+            self.eval_attempts[instance_id] = self.eval_attempts.get(instance_id, 0) + 1
         if record.done or not self.is_done(instance_id):
             self.final[instance_id] = record
 
@@ -146,12 +160,35 @@ class ResumeState:
         return record is not None and record.done
 
     def should_run(self, instance_id: str, max_attempts: int) -> bool:
-        """Not done, and fewer than ``max_attempts`` attempts (of this run's records) so far."""
+        """Not done, and fewer than ``max_attempts`` attempts (of this generation) so far."""
         return not self.is_done(instance_id) and self.attempts.get(instance_id, 0) < max_attempts
+
+    def exhausted(self, instance_id: str, max_attempts: int) -> bool:
+        """Not done and out of attempts: the instance ends without a result of its own."""
+        return not self.is_done(instance_id) and not self.should_run(instance_id, max_attempts)
+
+    def should_evaluate(self, instance_id: str, max_attempts: int) -> bool:
+        """Done, but not evaluated yet (a run without evaluation) or its evaluation failed for an
+        infrastructure reason, and fewer than ``max_attempts`` such failures so far."""
+        record = self.final.get(instance_id)
+        return (record is not None and record.done and (record.eval_status is None or record.eval_pending)
+                and self.eval_attempts.get(instance_id, 0) < max_attempts)
 
     def next_attempt(self, instance_id: str) -> int:
         """The number of the next attempt (counting every attempt the file holds)."""
         return self.all_attempts.get(instance_id, 0) + 1
+
+
+def redo_generation(records: list[AttemptRecord], instance_ids: Iterable[str], max_attempts: int) -> int:
+    """The generation a ``--redo-existing`` run writes: the latest one while it has unfinished
+    instances (a redo run that was killed resumes, and what it finished is not run a third time),
+    else a new one."""
+    latest = max((r.generation for r in records), default=0)
+    if latest:
+        state = ResumeState(records, latest)
+        if any(state.should_run(i, max_attempts) for i in instance_ids):
+            return latest
+    return latest + 1
 
 
 def prediction(instance_id: str, patch: str, model_name: str) -> dict[str, Any]:

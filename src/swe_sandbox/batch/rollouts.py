@@ -53,7 +53,11 @@ class RolloutResult(BaseModel):
     backend: str = ""
     started_at: float = 0.0
     evaluation: EvalResult | None = None
+    """With ``infra_failure`` set, the evaluation had no verdict: the agent's outcome still stands
+    (``done``) and only the evaluation is run again (``swe_sandbox.batch.driver``)."""
     model_name: str = ""
+    evaluate_only: bool = False
+    """An evaluation of a kept patch (``evaluate_kept``): no agent ran."""
 
     @property
     def resolved(self) -> bool | None:
@@ -115,8 +119,25 @@ def _evaluate(task: "Task", result: RolloutResult, env_config: dict[str, Any],
     except KeyboardInterrupt:
         result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
         return
-    if result.evaluation.infra_failure:
-        result.done, result.error = False, f"evaluation: {result.evaluation.error}"
+    if result.evaluation.infra_failure:  # the agent's outcome stands; only the evaluation runs again
+        result.error = f"evaluation: {result.evaluation.error}"
+
+
+def evaluate_kept(task: "Task", exit_status: str, patch: str, env_config: dict[str, Any], *,
+                  cancel: "Cancellation | None" = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
+                  backend: str = "") -> RolloutResult:
+    """Evaluate the patch of an earlier, finished attempt (whose evaluation had no verdict).
+
+    Returns:
+        RolloutResult: ``done``, ``evaluate_only``, the earlier ``exit_status`` and ``patch`` as
+        submission, cost 0; ``exit_status`` ``KeyboardInterrupt`` when ``cancel`` stopped it.
+    """
+    started, wall = time.monotonic(), time.time()
+    result = RolloutResult(instance_id=task.instance_id, exit_status=exit_status, done=True, submission=patch,
+                           backend=backend or str(env_config.get("backend", "")), started_at=wall, evaluate_only=True)
+    _evaluate(task, result, env_config, cancel, eval_timeout)
+    result.duration_s = time.monotonic() - started
+    return result
 
 
 def model_config_for(task: "Task", model: dict[str, Any]) -> dict[str, Any]:

@@ -55,6 +55,8 @@ class Task(BaseModel):
     """Tests the patch must make pass (a list, or a JSON string of one, as SWE-bench stores them)."""
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     """Tests that must keep passing."""
+    eval_timeout: float | None = Field(None, gt=0)
+    """Seconds ``eval_command`` may run for this task; None: the run's (``--eval-timeout``)."""
     log_parser: str = "pytest"
     """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines) or ``exit_status``."""
     source_line: int = Field(0, exclude=True)
