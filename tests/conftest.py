@@ -56,27 +56,72 @@ _EXEC_FALLBACK = {
         "exec fallback: there is no runner; a command's parent is the per-command `sh` wrapper",
 }
 
+#: What the attack suite (conformance/test_attacks.py) still finds where the exec fallback runs commands.
+_EXEC_FALLBACK_ATTACKS = {
+    "test_runner_channel_is_reachable_from_no_other_process":
+        "exec fallback: the per-command wrapper (and its output reader) is a plain shell of the command's user "
+        "holding the exec's streams, which that user's processes may open through /proc",
+    "test_a_command_cannot_forge_a_later_result[sentinel]":
+        "exec fallback: a background job can write into a later command's output (the exec's stdout, or the FIFO "
+        "its command writes to), which is relayed as raw bytes; only the returncode is checked against the engine",
+}
+#: ... and in containers, where the exec fallback's lifetime guard is a shell of the container's root.
+_CONTAINER_EXEC_ATTACKS = {
+    "test_nothing_outlives_a_timeout_through_the_guard":
+        "exec fallback: the lifetime guard is a shell run by the container's root, so a root command can make it "
+        "exec anything (what it starts descends from no command, and survives the command's timeout)",
+}
+_AS_ROOT = os.geteuid() == 0  # local runs as the tester, and the test sshd logs in as the tester: root in CI
+#: Attacks that succeed where commands run on this host itself as root (local, and ssh without a sandbox).
+_ON_THE_HOST_AS_ROOT = {
+    "test_kernel_interfaces_are_not_writable":
+        "commands run on the host itself as its root, who may write its kernel settings (only an open for "
+        "writing is tried, nothing is written)",
+    "test_nothing_outlives_a_timeout_through_the_guard":
+        "commands run on the host itself as its root, who may replace its own `sleep` (only tested, never done)",
+    "test_sandbox_uid_is_not_host_root": "commands run on the host itself as the calling user, here root",
+} if _AS_ROOT else {}
+
+#: ... and where they run over SSH without a sandbox (the test sshd logs in as the tester, on this host).
+_SSH_ATTACKS = {
+    **{name: f"SSH alone is not a sandbox: {why}" for name, why in _ON_THE_HOST_AS_ROOT.items()},
+    "test_no_setid_file_reaches_a_host_workspace":
+        "SSH alone is not a sandbox: the workspace is the SSH user's own directory on the remote (here this host), "
+        "where that user may set any mode bits on its files",
+}
+
 #: backend -> {test function name, or ``name[case]`` for one parametrized case: reason}. Each entry
 #: becomes ``xfail(strict=True, reason=...)``.
 KNOWN_LIMITATIONS: dict[str, dict[str, str]] = {
     "local": {
         "test_commands_cannot_write_into_the_runner_channel":
             "no isolation: a command runs as the calling user, who may open the runner's pipes",
+        **{name: f"no isolation: {why}" for name, why in _ON_THE_HOST_AS_ROOT.items()},
+        "test_runner_channel_is_reachable_from_no_other_process":
+            "no isolation: the host process holding the other ends of the runner's pipes runs as the commands' user",
+        "test_no_setid_file_reaches_a_host_workspace":
+            "no isolation: commands run on the host and write the caller's own directories directly",
     },
     "bwrap": {
         "test_absolute_paths_outside_the_working_directory":
             "only the workspace mount is shared with the host; the rest of the sandbox is read-only binds and "
             "private tmpfs, so upload/download reach paths under mount_point only (ValueError elsewhere)",
     },
-    "docker-exec": dict(_EXEC_FALLBACK),
-    "podman-exec": dict(_EXEC_FALLBACK),
+    "docker-exec": {**_EXEC_FALLBACK, **_EXEC_FALLBACK_ATTACKS, **_CONTAINER_EXEC_ATTACKS},
+    "podman-exec": {**_EXEC_FALLBACK, **_EXEC_FALLBACK_ATTACKS, **_CONTAINER_EXEC_ATTACKS},
     "ssh": {  # the test sshd logs in as the user running the tests: root in CI
         **({"test_commands_cannot_write_into_the_runner_channel":
             "SSH alone is not a sandbox: commands run as the SSH user, here root, whose CAP_SYS_PTRACE opens "
             "the non-dumpable runner's pipes (an unprivileged SSH user cannot)"} if os.geteuid() == 0 else {}),
+        **_SSH_ATTACKS,
+        **({"test_runner_channel_is_reachable_from_no_other_process":
+            "SSH alone is not a sandbox: commands run as the SSH user, here root, whose CAP_SYS_PTRACE reads the "
+            "runner's fds and those of sshd, which holds their other ends"} if _AS_ROOT else {}),
     },
     "ssh-exec": {
         **_EXEC_FALLBACK,
+        **_SSH_ATTACKS,
+        **_EXEC_FALLBACK_ATTACKS,
         "test_a_forged_token_of_another_command_spares_nothing_at_a_timeout":
             "exec fallback on ssh: no runner adopts orphans and the remote's PID 1 adopts everyone's, so an escapee "
             "that clears its environment and closes its trace fds (8, 9) is not told apart from the host's daemons",
