@@ -326,7 +326,9 @@ def _host_ids(marker: str) -> list[tuple[int, int, str]]:
 def _started_marker(environment) -> str:
     """Start ``sleep MARKER`` in the background of ``environment`` and return the marker."""
     marker = unique_marker()
-    result = run(environment, f"sleep {marker} >/dev/null 2>&1 &")
+    # returns once the background job has exec'd sleep (until then its command line is bash's)
+    result = run(environment, f"sleep {marker} >/dev/null 2>&1 & "
+                              f"until grep -q {marker} /proc/$!/cmdline 2>/dev/null; do sleep 0.01; done")
     assert result["returncode"] == 0, result
     return marker
 
