@@ -18,8 +18,8 @@ Reads ``suite.yaml`` (projects and bugs: see ``suitelib/spec.py``) and writes in
 
 Idempotent: the files are rebuilt only when the recipe, this builder or the copied versions
 change (``manifest.json``), an image only when its inputs do (a label); a build with nothing to
-do takes about a second. Needs root for bwrap recording as the tests run it, or any user with
-bwrap; the images need the engines and ``swe-sandbox/base`` (``scripts/setup.sh`` sets all up).
+do takes about a second. The solutions are recorded on bwrap; the images need the engines and
+``swe-sandbox/base`` (``scripts/setup.sh`` sets all of it up, and runs this).
 """
 
 from __future__ import annotations
@@ -55,12 +55,14 @@ def inputs_hash(suite: Suite) -> str:
     return digest(RECIPE_VERSION, *(p.read_bytes() for p in code), *versions, *runner, sys.version[:4])
 
 
-def build_files(suite: Suite, out: Path) -> list[dict]:
-    """Tools, repositories and task files (``out`` emptied first); returns the rows."""
+def build_files(suite: Suite, out: Path) -> list[str]:
+    """Tools, repositories and task files (``out`` emptied first); returns the copied tools
+    (``name==version``)."""
     for name in (rows.TOOLS, rows.WORKSPACES, rows.SOLUTIONS, ".pristine"):
         shutil.rmtree(out / name, ignore_errors=True)
     tools = out / rows.TOOLS
-    log("copied " + ", ".join(sources.copy_test_runner(tools)))
+    copied = sources.copy_test_runner(tools)
+    log("copied " + ", ".join(copied))
     built_rows = []
     for spec in suite.tasks:
         project = suite.projects[spec.project]
@@ -76,7 +78,7 @@ def build_files(suite: Suite, out: Path) -> list[dict]:
         built_rows.append(rows.row(spec, project, built, ", ".join(versions.values())))
     shutil.rmtree(out / ".pristine", ignore_errors=True)
     rows.write_task_files(out, built_rows)
-    return built_rows
+    return copied
 
 
 def record_solutions(suite: Suite, out: Path, workers: int) -> None:
@@ -106,8 +108,9 @@ def record_solutions(suite: Suite, out: Path, workers: int) -> None:
     log(f"recorded {len(suite.tasks)} solutions in {out / rows.SOLUTIONS}")
 
 
-def build_images(suite: Suite, out: Path, engines: list[str]) -> None:
-    tools_hash = json.loads((out / MANIFEST).read_text())["inputs"]  # covers the copied pytest
+def build_images(out: Path, engines: list[str]) -> None:
+    """The env image and every task's image for each engine (each only when its inputs changed)."""
+    tools_hash = digest(*json.loads((out / MANIFEST).read_text())["tools"])  # the copied pytest's versions
     for engine in engines:
         env_hash = images.build_env_image(engine, out / rows.TOOLS, tools_hash)
         commits = {json.loads(line)["instance_id"]: json.loads(line)["base_commit"]
@@ -140,12 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.force or not manifest.exists() or json.loads(manifest.read_text()).get("inputs") != wanted:
         manifest.unlink(missing_ok=True)
         started = time.monotonic()
-        build_files(suite, out)
+        tools = build_files(suite, out)
         record_solutions(suite, out, args.workers)
-        manifest.write_text(json.dumps({"inputs": wanted, "tasks": len(suite.tasks)}) + "\n")
+        manifest.write_text(json.dumps({"inputs": wanted, "tasks": len(suite.tasks), "tools": tools}) + "\n")
         log(f"{len(suite.tasks)} tasks built in {time.monotonic() - started:.0f} s: {out}")
     if not args.no_images:
-        build_images(suite, out, args.engine or available_engines())
+        build_images(out, args.engine or available_engines())
     return 0
 
 

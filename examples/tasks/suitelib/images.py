@@ -20,6 +20,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from suitelib.spec import digest
+
 BASE_IMAGE = "swe-sandbox/base"
 ENV_IMAGE = "swe-sandbox-suite/env"
 IMAGE_PREFIX = "swe-sandbox-suite/"
@@ -78,8 +80,6 @@ def build_env_image(engine: str, tools: Path, tools_hash: str) -> str:
     base = image_id(engine, BASE_IMAGE)
     if base is None:
         raise RuntimeError(f"{engine} has no {BASE_IMAGE}: run `swe-sandbox image build --engine {engine}`")
-    from suitelib.spec import digest
-
     inputs = digest(base, tools_hash)
     build(engine, ENV_IMAGE, tools, f"FROM {BASE_IMAGE}\nCOPY . {PYTHON_SITE}/\n", inputs)
     return inputs
@@ -87,7 +87,5 @@ def build_env_image(engine: str, tools: Path, tools_hash: str) -> str:
 
 def build_task_image(engine: str, instance_id: str, repo: Path, env_hash: str, commit: str) -> bool:
     """``swe-sandbox-suite/<instance_id>``: the repository at ``/testbed``. Returns whether built."""
-    from suitelib.spec import digest
-
     dockerfile = f"FROM {ENV_IMAGE}\nCOPY . {TESTBED}/\nWORKDIR {TESTBED}\n"
     return build(engine, task_image(instance_id), repo, dockerfile, digest(env_hash, commit))

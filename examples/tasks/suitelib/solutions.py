@@ -35,7 +35,7 @@ def turns(task: TaskSpec, project: Project) -> list[dict[str, Any]]:
 
     fixed = task.edits if task.solution == "full" else task.edits[:1]
     check = shlex.join(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.tests])
-    script = [("Let me read the code involved.", task.explore or [f"git ls-files | head -n 30"]),
+    script = [("Let me read the code involved.", task.explore or ["git ls-files | head -n 30"]),
               ("I found the cause; fixing it.", [fix_command(fixed)]),
               ("Running the tests I can see.", [f"{check} 2>&1 | tail -n 5"]),
               ("The fix is in place; submitting the diff.", [SUBMIT])]

@@ -10,7 +10,7 @@ fixed identity and date: the same bytes every build); then, from that commit, ``
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from swe_sandbox.agent.demo import git
@@ -30,7 +30,6 @@ class BuiltTask:
     patch: str
     commit: str
     hidden: int
-    extra: dict = field(default_factory=dict)
 
 
 def apply_edits(repo: Path, edits: list[Edit], *, reverse: bool = False) -> None:
