@@ -21,7 +21,9 @@ docker environment), same tasks, same scripted model server, same engine, in one
   non-empty patch. Memory, sampled every 0.5 s while it runs: the peak anonymous memory (cgroup
   ``rss``) of the tool's running containers divided by their number, and the peak resident memory
   of the tool's own process tree (what runs on the host: the driver, and for mini one ``docker
-  exec`` client per running command) divided by ``-w``.
+  exec`` client per running command) divided by ``-w``. Between runs, the previous run's
+  containers are awaited until gone (mini stops its containers in the background after it
+  exits); any still there after 60 s are force-removed and counted.
 
 Tools, alternating per ``-w`` (``--repeat`` rounds; the median is reported): ``swe-sandbox batch
 --env docker`` and ``mini-extra swebench -c swebench.yaml`` (``environment_class: docker``,
@@ -150,6 +152,22 @@ def container_rss(run: str) -> list[int]:
     return sizes
 
 
+def wait_gone(run: str, within: float = 60) -> int:
+    """Wait (untimed) until no container of ``run`` is left: mini removes its containers in the
+    background after it exits (``docker stop``, which waits out the stop timeout), and they must
+    not load the next measurement. Returns how many had to be force-removed after ``within`` s."""
+    deadline = time.monotonic() + within
+    while True:
+        done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}={run}"], capture_output=True, text=True)
+        left = done.stdout.split()
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.5)
+    if left:
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    return len(left)
+
+
 class Sampler(threading.Thread):
     """Peak per-container memory and peak host process-tree memory while ``proc`` runs."""
 
@@ -187,13 +205,14 @@ def measure(tool: str, workers: int, rows: list[dict], steps: int, tmp: Path, sc
         proc.wait()
         wall = time.monotonic() - started
         sampler.join()
+    forced = wait_gone(run)
     preds = json.loads((out / "preds.json").read_text()) if (out / "preds.json").exists() else {}
     submitted = sum(bool((p.get("model_patch") or "").strip()) for p in preds.values())
     if proc.returncode != 0 or submitted != len(rows):
         raise SystemExit(f"{tool} -w {workers}: exit {proc.returncode}, {submitted}/{len(rows)} patches; "
                          f"see {out.with_suffix('.log')}")
     return {"wall_s": wall, "tasks_per_min": len(rows) / (wall / 60), "container_mib": sampler.per_container / 2**20,
-            "host_mib_per_worker": sampler.host / 2**20 / workers}
+            "host_mib_per_worker": sampler.host / 2**20 / workers, "left_behind": forced}
 
 
 def prepare(tmp: Path, count: int) -> list[dict]:
@@ -239,7 +258,8 @@ def main() -> None:
                     result = measure(tool, w, rows, max(3, args.steps), tmp, args.model == "scripted")
                     results.setdefault((tool, w), []).append(result)
                     print(f"{tool:12} -w {w}: {result['wall_s']:6.1f} s  {result['tasks_per_min']:6.1f} tasks/min  "
-                          f"{result['container_mib']:.1f} MiB/container  {result['host_mib_per_worker']:.1f} MiB host/worker",
+                          f"{result['container_mib']:.1f} MiB/container  {result['host_mib_per_worker']:.1f} MiB host/worker  "
+                          f"{result['left_behind']} left behind",
                           file=sys.stderr, flush=True)
     print(f"{len(rows)} tasks, {max(3, args.steps)} commands each, docker, {args.model} model; "
           f"median of {args.repeat} round(s)\n")
