@@ -25,6 +25,7 @@ do takes about a second. The solutions are recorded on bwrap; the images need th
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import shutil
 import sys
@@ -135,9 +136,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild the files even if up to date")
     parser.add_argument("-w", "--workers", type=int, default=2, help="recordings at once (default: 2)")
     args = parser.parse_args(argv)
-    suite = load_suite()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    with open(out / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time per directory (a second one then finds it done)
+        build(args, out)
+    return 0
+
+
+def build(args: argparse.Namespace, out: Path) -> None:
+    """The files when their inputs changed (or ``--force``), then the images."""
+    suite = load_suite()
     wanted = inputs_hash(suite)
     manifest = out / MANIFEST
     if args.force or not manifest.exists() or json.loads(manifest.read_text()).get("inputs") != wanted:
@@ -149,7 +158,6 @@ def main(argv: list[str] | None = None) -> int:
         log(f"{len(suite.tasks)} tasks built in {time.monotonic() - started:.0f} s: {out}")
     if not args.no_images:
         build_images(out, args.engine or available_engines())
-    return 0
 
 
 if __name__ == "__main__":
