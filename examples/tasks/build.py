@@ -153,11 +153,18 @@ def build(args: argparse.Namespace, out: Path) -> None:
         manifest.unlink(missing_ok=True)
         started = time.monotonic()
         tools = build_files(suite, out)
+        bind_tools(out, tools)
         record_solutions(suite, out, args.workers)
         manifest.write_text(json.dumps({"inputs": wanted, "tasks": len(suite.tasks), "tools": tools}) + "\n")
         log(f"{len(suite.tasks)} tasks built in {time.monotonic() - started:.0f} s: {out}")
+    bind_tools(out, json.loads(manifest.read_text())["tools"])  # again: a copy under /tmp may be gone
     if not args.no_images:
         build_images(out, args.engine or available_engines())
+
+
+def bind_tools(out: Path, tools: list[str]) -> None:
+    """``bwrap.yaml``, binding ``tools/`` or, where other users cannot reach it, a shared copy."""
+    rows.write_bwrap_env(out, sources.shareable_tools(out / rows.TOOLS, digest(*tools)))
 
 
 if __name__ == "__main__":

@@ -40,17 +40,17 @@ def row(spec: TaskSpec, project: Project, built: BuiltTask, version: str) -> dic
 
 
 def write_task_files(out: Path, rows: list[dict[str, Any]]) -> None:
-    """Write both task files and the bwrap environment into ``out``."""
-    import yaml
-
+    """Write both task files into ``out``."""
     image_rows = [{**r, "image_name": task_image(r["instance_id"])} for r in rows]
     workspace_rows = [{**r, "workspace": f"{WORKSPACES}/{r['instance_id']}"} for r in rows]
     for name, items in ((IMAGE_TASKS, image_rows), (WORKSPACE_TASKS, workspace_rows)):
         (out / name).write_text("".join(json.dumps(r) + "\n" for r in items), encoding="utf-8")
-    (out / BWRAP_ENV).write_text(yaml.safe_dump(bwrap_env(out), sort_keys=False), encoding="utf-8")
 
 
-def bwrap_env(out: Path) -> dict[str, Any]:
-    """The bwrap environment of ``tasks-workspace.jsonl`` (absolute paths of this build)."""
-    tools = str((out / TOOLS).resolve())
-    return {"backend": "bwrap", "mount_point": TESTBED, "ro_binds": [tools], "env": {"PYTHONPATH": tools}}
+def write_bwrap_env(out: Path, tools: Path) -> None:
+    """The bwrap environment of ``tasks-workspace.jsonl``: the workspace at ``/testbed``, the
+    copied pytest ``tools`` (an absolute host path any user can reach) bound read-only."""
+    import yaml
+
+    env = {"backend": "bwrap", "mount_point": TESTBED, "ro_binds": [str(tools)], "env": {"PYTHONPATH": str(tools)}}
+    (out / BWRAP_ENV).write_text(yaml.safe_dump(env, sort_keys=False), encoding="utf-8")

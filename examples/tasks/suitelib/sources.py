@@ -9,8 +9,11 @@ holding compiled code is refused, since the sandbox's Python may not be the host
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import stat
+import tempfile
 from importlib import metadata
 from pathlib import Path
 
@@ -88,3 +91,25 @@ def copy_test_runner(dest: Path) -> list[str]:
             shutil.copyfile(dist.locate_file(file), target)
         copied.append(f"{dist.metadata['Name']}=={dist.version}")
     return copied
+
+
+def reachable_by_others(path: Path) -> bool:
+    """Whether every directory from ``/`` down to ``path`` can be traversed by any user (bwrap, run
+    by root, binds paths as an unprivileged uid: it must reach them)."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+def shareable_tools(tools: Path, key: str) -> Path:
+    """``tools`` if any user can reach it, else a world-readable copy under the system's temporary
+    directory (``swe-sandbox-suite-tools-<key>``, made again when missing)."""
+    if reachable_by_others(tools.resolve()) and tools.stat().st_mode & stat.S_IROTH:
+        return tools.resolve()
+    shared = Path(tempfile.gettempdir()) / f"swe-sandbox-suite-tools-{key}"
+    if not shared.is_dir():
+        staging = Path(tempfile.mkdtemp(prefix="swe-sandbox-suite-tools-"))
+        shutil.copytree(tools, staging / "tools")
+        for path in [staging / "tools", *(staging / "tools").rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        os.replace(staging / "tools", shared)
+        shutil.rmtree(staging, ignore_errors=True)
+    return shared
