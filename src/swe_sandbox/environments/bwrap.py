@@ -337,14 +337,13 @@ class BwrapEnvironment(Environment):
                 "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
         argv += ["--uid", "0", "--gid", "0"] if uid0 else []
         argv += ["--share-net"] if cfg.share_net else []
-        argv += _system_binds()
-        for path in cfg.ro_binds:
-            argv += ["--ro-bind", path, path]
-        python, binds = self._python()
-        argv += binds + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
+        argv += _system_binds() + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
         for path, size in (("/dev/shm", SHM_SIZE), ("/tmp", cfg.tmp_size_bytes), ("/var/tmp", cfg.tmp_size_bytes)):
             argv += ["--size", str(size), "--tmpfs", path]
-        argv += ["--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
+        python, binds = self._python()  # after the tmpfs mounts, which would hide a bind under /tmp
+        for path in cfg.ro_binds:
+            argv += ["--ro-bind", path, path]
+        argv += binds + ["--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
         argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
         return argv + ["--chdir", cfg.mount_point, "--", python, *ISOLATED, "-c", BOOTSTRAP]
 
