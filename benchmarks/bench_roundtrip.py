@@ -37,6 +37,7 @@ import contextlib
 import functools
 import os
 import platform
+import shutil
 import sys
 from typing import Callable
 
@@ -44,6 +45,7 @@ from benchlib import Call, ExecContainer, bare_run_argv, median_ms, p90_ms, roun
 from swe_sandbox import get_environment
 from swe_sandbox.config import SANDBOX_PATH
 from swe_sandbox.environments import environment_class
+from swe_sandbox.environments.bwrap import launch_argv
 from swe_sandbox.environments.container import ContainerEnvironment
 
 ALL_BACKENDS = ("local", "bwrap", "docker", "podman")
@@ -95,10 +97,13 @@ def cli_of(name: str, stack: contextlib.ExitStack) -> tuple[list[str], dict[str,
 def bwrap_cmd_method(stack: contextlib.ExitStack) -> Method:
     probe = get_environment("bwrap")  # never started: only its policy is used
     stack.callback(probe.close)
-    argv = probe.bwrap_argv()
+    ids = probe.host_ids()  # started as the backend starts it: as root, dropped to the sandbox's uid
+    argv = probe.bwrap_argv(uid0=ids is not None)
+    argv[0] = shutil.which(argv[0])
     policy = argv[: argv.index("--") + 1]
     env = probe.sandbox_env(dict(BWRAP_BASE_ENV))
-    return lambda cmd: run_checked([*policy, "bash", "-c", cmd], EXPECTED[cmd], env)
+    return lambda cmd: run_checked(launch_argv([*policy, "bash", "-c", cmd], rlimits=[], ids=ids, bpf=None),
+                                   EXPECTED[cmd], env)
 
 
 def exec_cmd_method(name: str, stack: contextlib.ExitStack) -> Method:
