@@ -135,6 +135,12 @@ def tree_rss(pid: int) -> int:
     return total
 
 
+def machine_busy_s() -> float:
+    """CPU seconds this machine has spent busy since boot, all cores (``/proc/stat``)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle and iowait
+
+
 def container_rss(run: str) -> list[int]:
     """Anonymous memory (cgroup v1 ``rss``, else v2 ``anon``) of each running container of ``run``."""
     done = subprocess.run(["docker", "ps", "-q", "--no-trunc", "--filter", f"label={LABEL}={run}"],
@@ -197,13 +203,13 @@ def measure(tool: str, workers: int, rows: list[dict], steps: int, tmp: Path, sc
         else:
             argv, env = mini_argv(tmp / "dataset", out, workers, run), mini_env(tmp)
         argv += model_args(tool, url, command, steps)
-        started = time.monotonic()
+        started, busy = time.monotonic(), machine_busy_s()
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=open(out.with_suffix(".log"), "w"), env=env, cwd=tmp)
         sampler = Sampler(proc, run)
         sampler.start()
         proc.wait()
-        wall = time.monotonic() - started
+        wall, busy = time.monotonic() - started, machine_busy_s() - busy
         sampler.join()
     forced = wait_gone(run)
     preds = json.loads((out / "preds.json").read_text()) if (out / "preds.json").exists() else {}
@@ -212,7 +218,8 @@ def measure(tool: str, workers: int, rows: list[dict], steps: int, tmp: Path, sc
         raise SystemExit(f"{tool} -w {workers}: exit {proc.returncode}, {submitted}/{len(rows)} patches; "
                          f"see {out.with_suffix('.log')}")
     return {"wall_s": wall, "tasks_per_min": len(rows) / (wall / 60), "container_mib": sampler.per_container / 2**20,
-            "host_mib_per_worker": sampler.host / 2**20 / workers, "left_behind": forced}
+            "host_mib_per_worker": sampler.host / 2**20 / workers, "left_behind": forced,
+            "cpu_s_per_task": busy / len(rows)}
 
 
 def prepare(tmp: Path, count: int) -> list[dict]:
@@ -226,13 +233,15 @@ def prepare(tmp: Path, count: int) -> list[dict]:
 
 def table(results: dict[tuple[str, int], list[dict]], workers: list[int]) -> str:
     lines = ["| -w | swe-sandbox tasks/min | mini-extra tasks/min | ratio | per container MiB (ours / mini) | "
-             "host MiB per worker (ours / mini) |", "| --- | --- | --- | --- | --- | --- |"]
+             "host MiB per worker (ours / mini) | machine CPU s per task (ours / mini) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for w in workers:
         ours, mini = ({k: statistics.median(r[k] for r in results[(t, w)]) for k in results[(t, w)][0]}
                       for t in ("swe-sandbox", "mini"))
         lines.append(f"| {w} | {ours['tasks_per_min']:.1f} | {mini['tasks_per_min']:.1f} | "
                      f"{ours['tasks_per_min'] / mini['tasks_per_min']:.2f}x | {ours['container_mib']:.1f} / "
-                     f"{mini['container_mib']:.1f} | {ours['host_mib_per_worker']:.1f} / {mini['host_mib_per_worker']:.1f} |")
+                     f"{mini['container_mib']:.1f} | {ours['host_mib_per_worker']:.1f} / {mini['host_mib_per_worker']:.1f} | "
+                     f"{ours['cpu_s_per_task']:.2f} / {mini['cpu_s_per_task']:.2f} |")
     return "\n".join(lines)
 
 
@@ -259,7 +268,7 @@ def main() -> None:
                     results.setdefault((tool, w), []).append(result)
                     print(f"{tool:12} -w {w}: {result['wall_s']:6.1f} s  {result['tasks_per_min']:6.1f} tasks/min  "
                           f"{result['container_mib']:.1f} MiB/container  {result['host_mib_per_worker']:.1f} MiB host/worker  "
-                          f"{result['left_behind']} left behind",
+                          f"{result['cpu_s_per_task']:.2f} CPU s/task  {result['left_behind']} left behind",
                           file=sys.stderr, flush=True)
     print(f"{len(rows)} tasks, {max(3, args.steps)} commands each, docker, {args.model} model; "
           f"median of {args.repeat} round(s)\n")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -141,3 +143,25 @@ def test_call_limit_is_exact_across_threads(monkeypatch):
     for t in threads:
         t.join()
     assert len(allowed) == 10 and stats.n_calls == 10
+
+
+@pytest.mark.parametrize("name, imported", [("litellm", True), ("deterministic", False)])
+def test_warm_up_imports_the_model_sdk_in_a_thread(name, imported):
+    """A batch warms its model class up while its sandboxes start: litellm's import happens in a
+    daemon thread; a class without a ``warm_up`` hook imports no SDK."""
+    code = ("import sys\nfrom swe_sandbox.models import warm_up\n"
+            f"thread = warm_up({name!r})\nassert thread.daemon\nthread.join(60)\n"
+            "print('litellm' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(imported)
+
+
+def test_warm_up_of_an_unknown_class_leaves_the_error_to_its_first_use():
+    from swe_sandbox.models import warm_up
+
+    warm_up("no-such-model").join(10)  # no exception, no traceback in the thread
+    with pytest.raises(ConfigError, match="model.model_class"):
+        from swe_sandbox.models import model_class
+
+        model_class("no-such-model")

@@ -235,6 +235,7 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
     from swe_sandbox.batch.progress import BatchProgress
     from swe_sandbox.config import load_environment_config
     from swe_sandbox.errors import ConfigError
+    from swe_sandbox.models import warm_up
 
     if workers < 1 or max_attempts < 1:
         raise ConfigError("workers and max_attempts must be >= 1")
@@ -243,6 +244,7 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
 
         run_config = load_run_config()
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
+    warm_up((run_config.get("model") or {}).get("model_class", "litellm"))
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,

@@ -284,6 +284,11 @@ class LitellmModel:
     config_class: type[LitellmModelConfig] = LitellmModelConfig
     tools: list[dict[str, Any]] | None = [BASH_TOOL]
 
+    @classmethod
+    def warm_up(cls) -> None:
+        """Import litellm now (``swe_sandbox.models.warm_up`` calls this in a thread)."""
+        _litellm()
+
     def __init__(self, **kwargs: Any):
         self.config = validate(self.config_class, kwargs, section="model")
         self.cost = 0.0
