@@ -5,12 +5,21 @@ is scripted to be incomplete, so it fails its evaluation."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
 
 import pytest
-from batch_fixtures import run
+from batch_fixtures import calc_repo, calc_task, run, wait_for, write_tasks  # noqa: F401 - fixture
 from conftest import require_backend
-from helpers.openai_server import ScriptedOpenAIServer, tool_call
+from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
+
+from swe_sandbox.batch.driver import CANCEL_GRACE_S
+from swe_sandbox.batch.records import ResultsLog
 from suite_fixtures import SCRIPTED_FAILURE, SUBSET, fix_any, suite  # noqa: F401 - fixture
 
 pytest.importorskip("litellm")
@@ -40,3 +49,86 @@ def test_suite_through_litellm(backend, suite, tmp_path):
     assert f"resolved: {len(SUBSET) - 1}/{len(SUBSET)}" in done.stdout
     traj = (tmp_path / "out" / SUBSET[0] / f"{SUBSET[0]}.traj.json").read_text()
     assert API_KEY not in traj and json.loads(traj)["info"]["model_stats"]["api_calls"] == 1
+
+
+@pytest.mark.bwrap
+def test_ctrl_c_does_not_sit_out_a_rate_limit(calc_repo, tmp_path):
+    """Ctrl-C while every agent waits out a provider's ``Retry-After: 60``: the waits end at once,
+    the batch exits 130 within seconds, nothing is recorded (everything runs again on resume)."""
+    require_backend("bwrap")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task(f"r{n}", calc_repo) for n in range(2)])
+    with ScriptedOpenAIServer([rate_limited(retry_after=60) for _ in range(2)]) as server:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
+             "-w", "2", "-m", "openai/scripted", "-c", f"model.model_kwargs.api_base={server.url}/v1",
+             "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            assert wait_for(lambda: len(server.log) == 2, 120), "both agents asked the model"
+            time.sleep(0.5)  # nothing to poll: both are inside their retry waits
+            interrupted = time.monotonic()
+            os.killpg(proc.pid, signal.SIGINT)
+            _, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - interrupted
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    assert proc.returncode == 130, stderr
+    assert took < 10, (took, stderr)
+    assert len(server.log) == 2  # no retry after the interrupt
+    assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []
+
+
+class SilentProvider:
+    """A provider on loopback that reads requests and never answers (``asked`` is set once one
+    arrived): a model request in flight for as long as the client waits."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port, self.asked, self.held = self.server.getsockname()[1], threading.Event(), []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                connection, _ = self.server.accept()
+                self.held.append(connection)
+                if connection.recv(65536):
+                    self.asked.set()
+        except OSError:  # closed
+            pass
+
+    def close(self) -> None:
+        self.server.close()
+        for connection in self.held:
+            connection.close()
+
+
+@pytest.mark.bwrap
+def test_ctrl_c_abandons_a_request_in_flight_after_the_grace(calc_repo, tmp_path):
+    """A provider that never answers: after Ctrl-C the batch waits ``CANCEL_GRACE_S`` for the
+    agent's request, then exits 130 at once, saying so; nothing is recorded."""
+    require_backend("bwrap")
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("h0", calc_repo)])
+    silent = SilentProvider()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
+         "-m", "openai/scripted", "-c", f"model.model_kwargs.api_base=http://127.0.0.1:{silent.port}/v1",
+         "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert silent.asked.wait(120), "the agent's request arrived"
+        interrupted = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        _, stderr = proc.communicate(timeout=CANCEL_GRACE_S + 30)
+        took = time.monotonic() - interrupted
+    finally:
+        silent.close()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, stderr
+    assert CANCEL_GRACE_S - 1 < took < CANCEL_GRACE_S + 10, (took, stderr)
+    assert "still busy" in stderr
+    assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []

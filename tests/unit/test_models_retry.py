@@ -3,6 +3,7 @@ litellm's own retries off (the server counts the requests)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from email.utils import format_datetime
@@ -13,7 +14,7 @@ from helpers.openai_server import ScriptedOpenAIServer, error, rate_limited, too
 
 from swe_sandbox.errors import ModelError
 from swe_sandbox.models.litellm_model import LitellmModel, _litellm
-from swe_sandbox.models.retry import RetryConfig, call_with_retries, retry_after_s
+from swe_sandbox.models.retry import INTERRUPTED_MESSAGE, RetryConfig, call_with_retries, retry_after_s
 
 TASK = [{"role": "user", "content": "task"}]
 FAST = {"backoff_base_s": 0.05, "backoff_max_s": 0.2, "max_total_s": 20}
@@ -203,3 +204,19 @@ def test_litellm_without_an_api_key_fails_at_once(monkeypatch):
 
 def test_the_default_total_retry_cap_is_two_minutes():
     assert RetryConfig().max_total_s == 120
+
+
+def test_interrupt_ends_a_wait_between_retries_at_once():
+    """A batch's Ctrl-C calls ``interrupt`` from another thread: a model sitting out a provider's
+    Retry-After stops at once with a ModelError, and no further request is made."""
+    with ScriptedOpenAIServer([rate_limited(retry_after=30), tool_call("ls")]) as server:
+        model = make_model(server, max_total_s=60)
+        threading.Timer(0.5, model.interrupt).start()
+        start = time.monotonic()
+        with pytest.raises(ModelError, match=INTERRUPTED_MESSAGE):
+            model.query(TASK)
+        elapsed = time.monotonic() - start
+        with pytest.raises(ModelError, match=INTERRUPTED_MESSAGE):  # stays interrupted, no request
+            model.query(TASK)
+    assert 0.4 < elapsed < 5, elapsed
+    assert len(server.requests) == 1

@@ -188,7 +188,7 @@ def _guarded(body: Any) -> int:
         return guarded(body)
     except BatchAborted as exc:
         code, _ = interrupt_exit(exc)
-        echo_err("swe-sandbox: interrupted twice: exiting now")
+        echo_err(f"swe-sandbox: {exc}: exiting now; finished instances are saved, the rest run again on resume")
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(code)

@@ -45,13 +45,24 @@ class Cancellation:
         Raises:
             KeyboardInterrupt: already cancelled (nothing is started after Ctrl-C).
         """
-        key = id(environment)
+        with self.calling(environment.close):
+            yield environment
+
+    @contextmanager
+    def calling(self, callback: Callable[[], Any]) -> Iterator[None]:
+        """Register ``callback`` (e.g. a model's ``interrupt``) to be called by ``cancel`` while
+        the block runs.
+
+        Raises:
+            KeyboardInterrupt: already cancelled.
+        """
+        key = id(callback)
         with self._lock:
             if self.cancelled:
                 raise KeyboardInterrupt("batch cancelled")
-            self._closers[key] = environment.close
+            self._closers[key] = callback
         try:
-            yield environment
+            yield
         finally:
             with self._lock:
                 self._closers.pop(key, None)

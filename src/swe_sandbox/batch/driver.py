@@ -25,6 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_MAX_ATTEMPTS = 3
+#: Seconds the first Ctrl-C waits for running rollouts to stop after their sandboxes were closed
+#: and their models interrupted; one still busy then (a provider request in flight, bounded only
+#: by its own timeout) is abandoned: nothing is recorded for it and it runs again on resume.
+CANCEL_GRACE_S = 15.0
 
 
 class Job(NamedTuple):
@@ -36,7 +40,8 @@ class Job(NamedTuple):
 
 
 class BatchAborted(KeyboardInterrupt):
-    """A second Ctrl-C while the first one's cleanup ran: the batch stops without waiting."""
+    """A second Ctrl-C while the first one's cleanup ran, or rollouts still busy ``CANCEL_GRACE_S``
+    after the first: the batch stops without waiting for them."""
 
 
 def instance_dir(output_dir: Path, instance_id: str) -> Path:
@@ -85,8 +90,9 @@ class BatchRun:
         Raises:
             KeyboardInterrupt: the first Ctrl-C: running rollouts were cancelled (sandboxes closed)
                 and awaited, finished attempts written.
-            BatchAborted: a second Ctrl-C while that happened: nothing more is awaited (the
-                caller should exit at once, e.g. ``os._exit``; sandboxes end with the process).
+            BatchAborted: a second Ctrl-C while that happened, or rollouts still busy after
+                ``CANCEL_GRACE_S``: nothing more is awaited (the caller should exit at once, e.g.
+                ``os._exit``; sandboxes end with the process).
         """
         queue = deque(self.pending())
         self.progress.started(total=len(self.tasks), pending=len(queue), finished=list(self.final.values()))
@@ -98,11 +104,14 @@ class BatchRun:
         except KeyboardInterrupt:
             try:
                 self.cancel.cancel()  # running rollouts stop at once; their sandboxes are closed
-                for future in cf.as_completed(running):
+                for future in cf.as_completed(running, timeout=CANCEL_GRACE_S):
                     self._commit(future.result())
             except KeyboardInterrupt:
                 wait = False
                 raise BatchAborted("interrupted twice") from None
+            except cf.TimeoutError:
+                wait = False
+                raise BatchAborted(f"rollouts still busy {CANCEL_GRACE_S:g} s after the interrupt") from None
             raise
         finally:
             pool.shutdown(wait=wait, cancel_futures=True)

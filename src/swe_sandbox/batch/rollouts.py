@@ -160,7 +160,8 @@ def _run_agent(task: "Task", run_config: dict[str, Any], env_config: dict[str, A
             agent = make_batch_agent(model, environment, task.instance_id, cancel=cancel, budget=budget,
                                      progress=report, **{**run_config["agent"], "output_path": trajectory_path})
             if cancel is not None:
-                with cancel.closing(environment):
+                interrupt = getattr(model, "interrupt", None) or (lambda: None)  # ends a retry wait
+                with cancel.closing(environment), cancel.calling(interrupt):
                     agent.run(task.problem_statement)
             else:
                 agent.run(task.problem_statement)
@@ -175,9 +176,17 @@ def _run_agent(task: "Task", run_config: dict[str, Any], env_config: dict[str, A
         if budget is not None:
             budget.finish(task.instance_id, agent.model_cost if agent is not None else 0.0)
     status = agent.exit_status
-    if cancel is not None and cancel.cancelled and not is_done(status, _exit_text(agent)):
+    if cancel is not None and cancel.cancelled and _stopped_by_cancel(status, _exit_text(agent)):
         status = INTERRUPTED
     return _result(task, agent, backend, status, "" if status == "Submitted" else _exit_text(agent))
+
+
+def _stopped_by_cancel(status: str, text: str) -> bool:
+    """Whether an agent that ended after the batch's cancel ended because of it: not done, or its
+    model's retry wait was interrupted (the cancel calls ``interrupt``)."""
+    from swe_sandbox.models.retry import INTERRUPTED_MESSAGE
+
+    return not is_done(status, text) or INTERRUPTED_MESSAGE in text
 
 
 def _exit_text(agent: Any) -> str:

@@ -27,6 +27,7 @@ import copy
 import functools
 import json
 import os
+import threading
 import time
 from typing import Any, Literal
 
@@ -294,6 +295,7 @@ class LitellmModel:
         self.cost = 0.0
         self.n_calls = 0
         self._secrets = sorted(find_secrets(self.config.model_kwargs))
+        self._interrupted = threading.Event()
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         """Ask the model for its next step.
@@ -320,6 +322,11 @@ class LitellmModel:
         if problems:
             raise self._format_error(message, extra, response, problems)
         return self._redacted({**message, "extra": {**extra, "actions": actions}})
+
+    def interrupt(self) -> None:
+        """End a wait between retries at once, and every later retry, with ``ModelError``
+        (thread-safe; a batch's Ctrl-C calls it). A request in flight runs to its own timeout."""
+        self._interrupted.set()
 
     def prepare_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The history as sent: provider fields only, plus cache markers where configured."""
@@ -369,7 +376,8 @@ class LitellmModel:
                   "messages": self.prepare_messages(messages), "num_retries": 0, "max_retries": 0}
         if self.tools:
             params["tools"] = self.tools
-        response = call_with_retries(lambda: litellm.completion(**params), self.config.retry, secrets=self._secrets)
+        response = call_with_retries(lambda: litellm.completion(**params), self.config.retry, secrets=self._secrets,
+                                     interrupted=self._interrupted)
         cost = self._cost(response)
         self.cost += cost
         GLOBAL_STATS.add_cost(cost)

@@ -15,6 +15,8 @@
 - Either way a provider failure ends as ``ModelError`` naming the exception class and the
   provider's message, redacted. ``KeyboardInterrupt`` passes through at once; exceptions that are
   not provider failures (a bug) propagate unchanged.
+- An ``interrupted`` event (a batch's Ctrl-C, set from another thread) ends a wait between
+  attempts at once, as ``ModelError``: a cancelled batch does not sit out a provider's outage.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import functools
 import logging
 import random
 import re
+import threading
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable, TypeVar
@@ -151,38 +154,60 @@ def describe(exc: BaseException) -> str:
     return f"{name}{f' (HTTP {status})' if status else ''}{f' from {provider}' if provider else ''}: {message}"
 
 
-def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iterable[str] = ()) -> T:
+#: The message of a wait between attempts cut short by ``interrupted``.
+INTERRUPTED_MESSAGE = "model call interrupted while waiting to retry"
+
+
+def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iterable[str] = (),
+                      interrupted: threading.Event | None = None) -> T:
     """Call ``fn()`` under the retry policy of the module docstring.
 
     Args:
         fn: the provider call, without arguments.
         config (RetryConfig): attempts, total cap (seconds) and backoff.
         secrets (Iterable[str]): values to mask in logs and in the error message (e.g. the API key).
+        interrupted (threading.Event | None): once set, no further attempt starts and a wait
+            between attempts ends at once (default None: waits run their course).
 
     Returns:
         What ``fn`` returned.
 
     Raises:
         ModelError: a provider failure that is not retryable, or still failing when the attempts or
-            the total time ran out; the message names the class and the provider's message.
+            the total time ran out; the message names the class and the provider's message;
+            ``interrupted`` set before an attempt or during a wait (``INTERRUPTED_MESSAGE``).
         KeyboardInterrupt: at once. Any other exception of ``fn`` (a bug) propagates unchanged.
     """
     import tenacity
 
+    if interrupted is not None and interrupted.is_set():
+        raise ModelError(INTERRUPTED_MESSAGE)
     secrets = list(secrets)
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(config.max_attempts) | tenacity.stop_before_delay(config.max_total_s),
         wait=functools.partial(_wait, config),
         retry=tenacity.retry_if_exception(is_retryable),
         before_sleep=functools.partial(_log_retry, secrets),
+        sleep=functools.partial(_sleep, interrupted or threading.Event()),
         reraise=True,
     )
     start = time.monotonic()
     try:
         return retrying(fn)
+    except _Interrupted:
+        raise ModelError(INTERRUPTED_MESSAGE) from None
     except provider_errors() as exc:
         attempts = retrying.statistics.get("attempt_number", 1)
         raise ModelError(redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)) from None
+
+
+class _Interrupted(Exception):
+    """A wait between attempts was cut short (never leaves this module)."""
+
+
+def _sleep(interrupted: threading.Event, seconds: float) -> None:
+    if interrupted.wait(seconds):
+        raise _Interrupted
 
 
 def _wait(config: RetryConfig, state: Any) -> float:
