@@ -379,6 +379,20 @@ class ContainerEnvironment(Environment):
                            insecure=is_loopback(registry) or registry in cfg.insecure_registries,
                            timeout=cfg.pull_timeout)
 
+    def pull_image(self) -> None:
+        """Get ``image`` into the engine as ``image_pull`` says, creating nothing (``swe-sandbox
+        image pull``): ``missing`` pulls it when absent, ``always`` pulls it, ``never`` only checks.
+
+        Raises:
+            ImagePullError: the pull failed, or (``never``) the image is absent.
+        """
+        policy, image = self.config.image_pull, self.config.image
+        if policy == "never":
+            if not self.engine.has_image(image):
+                raise pull_error(self.engine.name, image, "never")
+            return
+        pull(self.pull_request(), present=(lambda: self.engine.has_image(image)) if policy == "missing" else None)
+
     def _create(self) -> str:
         """Create the container, pulling its image first as ``image_pull`` says."""
         spec, policy = self.container_spec(), self.config.image_pull

@@ -119,9 +119,9 @@ class PullJob:
             last = stderr.strip().splitlines()[-1:] or [f"the pull stopped (exit status {returncode})"]
             self.error = from_engine_text(req.backend, req.image, progress.error or last[0])
         progress.finished, progress.failed = True, self.error is not None
+        self._notify()  # before done: the waiters stop listening once it is set
         self.on_end()
         self.done.set()
-        self._notify()
 
     def _notify(self) -> None:
         with self.lock:
