@@ -9,7 +9,9 @@ its stdin closes (its parent is gone), so a pull never outlives the process that
 Why a process: the docker SDK's ``pull`` reads its stream with no socket timeout (it passes
 ``timeout=None``) and no way to stop it from another thread, and neither SDK can cancel a pull.
 Ending this process closes its connection to the engine, and the engine then cancels the pull
-(both serve it under the request's context); so ``pull_timeout`` and Ctrl-C stop a pull for real.
+(both serve it under the request's context; measured: Podman 4.3 drops its registry connection at
+once, Docker 20.10 ends a registry handshake under way by its own 10 s TLS timeout and goes no
+further); so ``pull_timeout`` and Ctrl-C stop a pull for real.
 """
 
 from __future__ import annotations

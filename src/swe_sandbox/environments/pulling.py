@@ -21,6 +21,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -88,10 +89,11 @@ class PullJob:
         package_root = str(Path(__file__).resolve().parents[2])  # the child imports this same code
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         req = self.request
+        self.stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child cannot block on it
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "swe_sandbox.environments.pull_child", req.backend, req.url, req.image,
              "1" if req.insecure else "0", str(req.timeout)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, start_new_session=True)
         self.timer = threading.Timer(req.timeout, self._expire)
         self.timer.daemon = True
         self.timer.start()
@@ -107,8 +109,11 @@ class PullJob:
             with self.lock:
                 self.progress.apply(event)
             self._notify()
-        stderr = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-        self._finish(self.proc.wait(), stderr)
+        returncode = self.proc.wait()
+        self.stderr.seek(0)
+        stderr = self.stderr.read()[-4096:].decode(errors="replace")
+        self.stderr.close()
+        self._finish(returncode, stderr)
 
     def _finish(self, returncode: int, stderr: str) -> None:
         self.timer.cancel()
