@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Iterator
 
 import pytest
-from helpers.engine_images import ENGINES, PushedImage, push_test_image, require_engine
+from helpers.engine_images import ENGINES, PushedImage, push_test_image, remove_pushed, require_engine
 from helpers.registry import Registry
+
+from swe_sandbox.environments import environment_class
 
 
 @pytest.fixture(scope="session")
@@ -20,8 +22,12 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
 
 
 @pytest.fixture(scope="session")
-def pushed(registry: Registry) -> PushedImage:
-    return push_test_image(registry)
+def pushed(registry: Registry) -> Iterator[PushedImage]:
+    image = push_test_image(registry)
+    yield image
+    for engine in ENGINES:  # what the tests pulled: the images are the session's own
+        if environment_class(engine).unavailable_reason() is None:
+            remove_pushed(engine, image)
 
 
 @pytest.fixture(params=ENGINES)
