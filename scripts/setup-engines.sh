@@ -6,7 +6,8 @@
 # Idempotent, needs root, never reads stdin; when everything is already up it only checks (~1 s).
 #  1. installs from Debian's packages what is missing: docker.io podman runc catatonit bubblewrap
 #     libseccomp2 (bwrap's seccomp filter, through pyseccomp) openssh-server debootstrap
-#     busybox-static (services are not started by the packages);
+#     busybox-static, and docker-registry (the CNCF Distribution registry: the pull tests start
+#     one on loopback themselves; services are not started by the packages);
 #  2. user namespaces (a sandbox's root is never the host's root, DESIGN.md §5): subordinate id
 #     ranges in /etc/subuid and /etc/subgid, added once and never changed: "dockremap" (created, a
 #     system user) 900000000:65536 for Docker's --userns-remap=default, "containers"
@@ -47,7 +48,7 @@ DOCKREMAP_RANGE=900000000:65536
 CONTAINERS_RANGE=1000000000:1000000000
 USERNS_SIZE=65536  # ids per Podman container (as src/swe_sandbox/environments/podman.py)
 
-PACKAGES=(docker.io podman runc catatonit bubblewrap libseccomp2 openssh-server debootstrap busybox-static)
+PACKAGES=(docker.io podman runc catatonit bubblewrap libseccomp2 openssh-server debootstrap busybox-static docker-registry)
 
 T0=${EPOCHREALTIME/./}
 log() { local t=$(( (${EPOCHREALTIME/./} - T0) / 100000 )); printf 'setup-engines [%d.%ds]: %s\n' $((t / 10)) $((t % 10)) "$*" >&2; }
@@ -91,6 +92,11 @@ if [ ${#missing[@]} -gt 0 ]; then
         >>"$LOG_DIR/apt.log" 2>&1 || { tail -n 30 "$LOG_DIR/apt.log" >&2; die "apt-get install failed (log: $LOG_DIR/apt.log)"; }
     [ "$own_policy" = 1 ] && rm -f "$policy"
     trap - EXIT
+    # The package's own service would serve on every interface (:5000) at the next boot; the tests
+    # start their registries themselves, on 127.0.0.1 only.
+    if [[ " ${missing[*]} " == *" docker-registry "* ]] && has systemctl; then
+        systemctl disable docker-registry.service >/dev/null 2>&1 || true
+    fi
     log "installed"
 fi
 

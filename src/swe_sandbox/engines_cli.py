@@ -32,7 +32,19 @@ uses into a cached rootfs, imported with `docker import` / `podman import`. --fr
 builds base from images/Containerfile instead (needs access to docker.io). Needs root.
 """
 
-image_app = typer.Typer(help="Build the sandbox images.", no_args_is_help=True, add_completion=False)
+IMAGE_PULL_HELP = """\
+Pull every image a task file names (or the IMAGEs given) into the engine, N at a time, with
+progress: before a batch, so that no instance waits for its image.
+
+Each image is pulled as a sandbox would pull it (environment.image_pull: missing skips images
+already there, always pulls each again, never only checks; environment.pull_timeout; the engine's
+own credentials; TLS verification off for loopback registries). Tasks without an image get one from
+--image-template. The summary names each failed image, its cause (not found, unauthorized,
+unreachable, timeout) and the instances that need it. Exit status 0 when every image is there,
+1 when some failed, 2 for a usage, config or task-file error, 3 when the engine is unavailable.
+"""
+
+image_app = typer.Typer(help="Build or pull the sandbox images.", no_args_is_help=True, add_completion=False)
 
 
 def gc_command(
@@ -91,3 +103,34 @@ def image_build_command(
         raise typer.Exit(1) from None
     for name in built:
         typer.echo(name)
+
+
+@image_app.command("pull", help=IMAGE_PULL_HELP)
+def image_pull_command(
+    sources: Annotated[List[str], typer.Argument(metavar="TASKS|IMAGE...", show_default=False,
+                                                 help="Task files (.json, .jsonl) and image references.")],
+    env: Annotated[str, typer.Option("--env", "-e", metavar="NAME|FILE", help="docker, podman, or a YAML "
+                                     "environment config of either.")] = "docker",
+    workers: Annotated[int, typer.Option("-w", "--workers", min=1, help="Pulls at once.")] = 4,
+    overrides: Annotated[Optional[List[str]], typer.Option("-c", "--set", metavar="environment.KEY=VALUE",
+                                                           help="Environment override, repeatable.")] = None,
+    image_template: Annotated[Optional[str], typer.Option("--image-template", metavar="TEMPLATE",
+                                                          help="Image of each task without one (as for batch).")] = None,
+) -> None:
+    from swe_sandbox.agent.cli import guarded, require_usable
+
+    def body() -> int:
+        from swe_sandbox.config import apply_overrides, load_environment_config
+        from swe_sandbox.image_pull import collect_images, pull_images
+        from swe_sandbox.pull_display import show_pulls
+
+        env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
+        images = collect_images(list(sources), image_template)
+        require_usable(str(env_data.get("backend")))
+        with show_pulls():
+            report = pull_images(images, env_data, workers)
+        for line in report.lines():
+            typer.echo(line)
+        return 1 if report.failed else 0
+
+    raise typer.Exit(guarded(body))

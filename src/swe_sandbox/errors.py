@@ -6,6 +6,7 @@
     │   ├── BackendUnavailable       the backend cannot run on this host (names the cause)
     │   ├── SandboxError             something went wrong with a running sandbox
     │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up
+    │   │   │   └── ImagePullError   its image could not be pulled (``.reason`` says why)
     │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
     │   │   ├── ProtocolError        the runner sent something it should not have
     │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
@@ -47,6 +48,30 @@ class SandboxError(SweSandboxError):
 
 class SandboxStartError(SandboxError):
     """The sandbox or its runner failed to start."""
+
+
+class ImagePullError(SandboxStartError):
+    """A container image could not be pulled, or is absent where no pull is allowed.
+
+    The message names the engine, the image and the cause (``swe_sandbox.environments.pull_errors``
+    writes it). Nothing of a failed pull is left: no container, no image reference.
+
+    Attributes:
+        image (str): the image reference, as the config names it.
+        reason (str): one of ``REASONS``: ``not_found`` (no such image in the registry),
+            ``unauthorized`` (the registry refused the engine's credentials), ``unreachable`` (the
+            registry did not answer), ``timeout`` (``pull_timeout`` passed), ``never`` (absent and
+            ``image_pull: never``), ``failed`` (anything else; the engine's words say what).
+    """
+
+    REASONS = ("not_found", "unauthorized", "unreachable", "timeout", "never", "failed")
+
+    def __init__(self, message: str, image: str = "", reason: str = "failed"):
+        super().__init__(message)
+        self.image, self.reason = image, reason
+
+    def __reduce__(self):  # picklable (batch workers send errors back)
+        return type(self), (str(self), self.image, self.reason)
 
 
 class SandboxDied(SandboxError):

@@ -10,10 +10,11 @@ In a mini-swe-agent config (or with ``--environment-class``), only the class and
 
 mini builds an environment as ``Class(**fields)``. The fields are the backend's config fields
 (``environments/<backend>.yaml`` lists them, starting from that preset); mini's common names
-``cwd``, ``env``, ``forward_env``, ``timeout`` and ``image`` mean the same here. Fields of mini's
-own ``DockerEnvironment`` and ``BubblewrapEnvironment`` that are not ours are translated by the
-class's ``mini_fields``: mapped where they mean something here, refused (``ConfigError`` naming the
-field and saying why) where they do not. Any other unknown field is refused too: nothing is ignored.
+``cwd``, ``env``, ``forward_env``, ``timeout``, ``image`` and (containers) ``pull_timeout`` mean
+the same here. Fields of mini's own ``DockerEnvironment`` and ``BubblewrapEnvironment`` that are
+not ours are translated by the class's ``mini_fields``: mapped where they mean something here,
+refused (``ConfigError`` naming the field and saying why) where they do not. Any other unknown
+field is refused too: nothing is ignored.
 
 What these classes add to the core ones, which stay as they are:
 
@@ -135,8 +136,7 @@ CONTAINER_FIELDS: dict[str, Translate] = {
     "executable": _rename("cli"),
     "run_args": _run_args,
     "container_timeout": _container_timeout,
-    "pull_timeout": _refuse("swe-sandbox never pulls: the image must already be on the engine (`docker pull`, "
-                           "`podman pull` or `swe-sandbox image build`); start_timeout bounds the start"),
+    # pull_timeout is ours too (seconds a pull may take): it passes as it is
 }
 #: mini's docker fields on a backend without containers.
 HOST_FIELDS: dict[str, Translate] = {

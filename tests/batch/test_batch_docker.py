@@ -1,4 +1,5 @@
-"""The batch on docker: an unknown image is a task-file error (line and field, nothing written);
+"""The batch on docker: with image_pull: never, an unknown image is a task-file error (line and
+field, nothing written);
 a batch with evaluation runs and leaves no container behind."""
 
 from __future__ import annotations
@@ -27,14 +28,15 @@ def own_containers(marker: str) -> list[str]:
     return done.stdout.split()
 
 
-def test_unknown_image_is_named_with_its_line(calc_repo, tmp_path):
+def test_unknown_image_is_named_with_its_line_when_pulls_are_off(calc_repo, tmp_path):
     tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("ok", calc_repo, image="swe-sandbox/base"),
                                                    calc_task("bad", calc_repo, image_name="swe-sandbox/no-such-image")])
-    argv = batch_argv(tasks, tmp_path / "out")
+    argv = [*batch_argv(tasks, tmp_path / "out"), "-c", "environment.image_pull=never"]
     argv[argv.index("bwrap")] = "docker"
     done = run(argv, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert "(line 2): image: docker has no image swe-sandbox/no-such-image" in done.stderr
+    assert ("(line 2): image: docker: swe-sandbox/no-such-image is not in docker's images and "
+            "environment.image_pull is never") in done.stderr
     assert not (tmp_path / "out").exists()
 
 

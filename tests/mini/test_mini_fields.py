@@ -42,6 +42,7 @@ def test_mini_docker_fields_that_mean_something_here_are_mapped(backend):
     assert make(backend, container_timeout="2h").config.max_lifetime == 7200
     assert make(backend, container_timeout=30).config.max_lifetime == 30
     assert make(backend, run_args=[]).config.create_args == {}
+    assert make(backend, pull_timeout=120).config.pull_timeout == 120  # mini's name is ours
     assert env.container_id is None  # nothing started
 
 
@@ -53,7 +54,6 @@ REFUSED = [
     ("docker", "interpreter", ["bash", "-lc"], "every command runs in a fresh `bash -c`"),
     ("podman", "interpreter", ["python3", "-c"], "only ['bash', '-c'] is accepted"),
     ("docker", "run_args", ["--rm", "--network", "host"], "set the named fields instead"),
-    ("docker", "pull_timeout", 120, "swe-sandbox never pulls"),
     ("local", "image", "python:3.12", "it runs no container"),
     ("bwrap", "image", "python:3.12", "it runs no container"),
     ("ssh", "image", "python:3.12", "it runs no container"),

@@ -426,15 +426,18 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     def warn(text: str) -> None:
         console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)  # one line
 
-    environment, scratch = build_environment(data, workspace, warn)
-    try:
-        with environment:
-            agent = make_cli_agent(model, environment, console, confirm=confirm,
-                                   **{**config["agent"], "output_path": output})
-            status, submission = agent.run(task)
-    finally:
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+    from swe_sandbox.pull_display import show_pulls
+
+    with show_pulls(console):  # the sandbox's image, when it has to be pulled
+        environment, scratch = build_environment(data, workspace, warn)
+        try:
+            with environment:
+                agent = make_cli_agent(model, environment, console, confirm=confirm,
+                                       **{**config["agent"], "output_path": output})
+                status, submission = agent.run(task)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
     from swe_sandbox.redact import redact
 
     if status == "Submitted":

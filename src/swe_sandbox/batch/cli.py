@@ -60,6 +60,20 @@ rate, cost, api calls, time and throughput. --json prints the summary as JSON.
 """
 
 Opt = typer.Option
+IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string over the task's fields plus "
+                       "instance_id_docker (the id as SWE-bench's image names spell it), e.g. "
+                       "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
+
+
+def load_task_file(path: Path, image_template: str | None) -> list["Task"]:
+    """``load_tasks(path)``, with ``image_template`` naming the image of tasks that have none."""
+    from swe_sandbox.batch.images import apply_image_template
+    from swe_sandbox.batch.tasks import load_tasks
+
+    tasks = load_tasks(path)
+    if image_template:
+        apply_image_template(tasks, image_template)
+    return tasks
 
 
 def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list["Task"]:
@@ -123,14 +137,15 @@ def batch_command(
                                                "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
     eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
                                                                                   "eval_command.")] = 1800.0,
+    image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
+                                                 show_default=False)] = None,
 ) -> None:
     def body() -> int:
         from swe_sandbox.agent.cli import check_model_config, environment_config, require_usable
         from swe_sandbox.agent.config import load_run_config
         from swe_sandbox.batch.sandbox import check_task_images
-        from swe_sandbox.batch.tasks import load_tasks
 
-        tasks = select_tasks(load_tasks(tasks_file), filter_re, slice_spec, shuffle)
+        tasks = select_tasks(load_task_file(tasks_file, image_template), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
         if model:
             config["model"]["model_name"] = model
@@ -211,16 +226,17 @@ def eval_command(
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
     eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
                                                                                   "eval_command.")] = 1800.0,
+    image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
+                                                 show_default=False)] = None,
 ) -> None:
     def body() -> int:
         from swe_sandbox.agent.cli import require_usable
         from swe_sandbox.batch.eval_run import match_predictions, run_eval
         from swe_sandbox.batch.predictions import load_predictions
         from swe_sandbox.batch.sandbox import check_task_images
-        from swe_sandbox.batch.tasks import load_tasks
         from swe_sandbox.config import apply_overrides, load_environment_config
 
-        tasks = load_tasks(tasks_file)
+        tasks = load_task_file(tasks_file, image_template)
         preds = load_predictions(preds_file)
         match_predictions(preds, tasks)
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")

@@ -3,6 +3,7 @@
     ━━━━━━━━━━━━━━━━━━━━━━━╸━━━━━━━━  12/30 done  resolved 7/12  $1.84  ETA 4m10s
     instance            phase       step   cost      last command
     pallets__jinja-3     running       7   $0.1210   python3 -m pytest tests/test_api.py -x
+    pallets__jinja-4     pulling       0   $0.0000   127.0.0.1:5000/sweb.eval.x86_64.pallets_1776_jinja-4  2/5 layers, …
     Submitted 11 · LimitsExceeded 1
 
 Text that comes from the sandbox or the model (commands) is shown with its control characters
@@ -77,7 +78,8 @@ class LiveProgress(Tally):
     def _row(instance_id: str, info: dict[str, Any]) -> tuple[str, ...]:
         from swe_sandbox.terminal import escape_controls
 
-        command = escape_controls(str(info.get("command", "")).strip().splitlines()[0] if info.get("command") else "")
+        text = info.get("detail") or info.get("command")  # detail: an image pull under way
+        command = escape_controls(str(text).strip().splitlines()[0] if text else "")
         if len(command) > COMMAND_WIDTH:
             command = command[: COMMAND_WIDTH - 1] + "…"
         elapsed = time.monotonic() - info.get("since", time.monotonic())

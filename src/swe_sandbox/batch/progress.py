@@ -30,7 +30,8 @@ class BatchProgress:
         """The batch starts: ``total`` instances, ``pending`` to run, ``finished``: done before."""
 
     def update(self, instance_id: str, **fields: Any) -> None:
-        """A running instance's news: ``phase``, ``step``, ``cost`` (USD), ``command``."""
+        """A running instance's news: ``phase``, ``step``, ``cost`` (USD), ``command``; ``detail``
+        (shown instead of the command while not empty): the image pull under way."""
 
     def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
         """An attempt ended (``record`` None: interrupted, not recorded)."""

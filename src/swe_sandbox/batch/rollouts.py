@@ -92,20 +92,24 @@ def rollout(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any]
         cancel: stops the rollout at its next step and closes its sandbox at once.
         budget: the batch's total cost limit: once reached, the agent stops with ``LimitsExceeded``.
         progress: called as ``progress(instance_id, **fields)`` with ``phase``, ``step``, ``cost``,
-            ``command`` (from the rollout's thread).
+            ``command``, and ``detail`` while the image is pulled (from the rollout's or the pull's thread).
         eval_timeout: seconds for ``eval_command``.
 
     Returns:
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
     """
+    from swe_sandbox.batch.images import pull_reporter
+    from swe_sandbox.environments.pulling import report_pulls
+
     started, wall = time.monotonic(), time.time()
     report = progress or (lambda *a, **k: None)
     report(task.instance_id, phase="starting")
-    result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report)
-    result.started_at = wall
-    if evaluate and result.done:
-        report(task.instance_id, phase="evaluating")
-        _evaluate(task, result, env_config, cancel, eval_timeout)
+    with report_pulls(pull_reporter(task.instance_id, report)):  # an image pull shows on the instance's line
+        result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report)
+        result.started_at = wall
+        if evaluate and result.done:
+            report(task.instance_id, phase="evaluating")
+            _evaluate(task, result, env_config, cancel, eval_timeout)
     result.duration_s = time.monotonic() - started
     return result
 

@@ -101,15 +101,18 @@ def _copy_workspace(environment: "Environment", task: "Task") -> None:
 
 
 def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
-    """On docker/podman, check before anything runs that every task's image exists.
+    """On docker/podman, check before anything runs that the engine answers and, with
+    ``image_pull: never``, that every task's image is there (otherwise missing images are pulled
+    as the batch reaches them; ``swe-sandbox image pull`` pulls them ahead).
 
     Raises:
-        TaskFileError: an image the engine does not have (the message names the task's line and
-            the ``image`` field).
+        TaskFileError: with ``never``, an image the engine does not have (the message names the
+            task's line and the ``image`` field).
         BackendUnavailable: the engine cannot be reached.
     """
     from swe_sandbox.batch.tasks import TaskFileError
     from swe_sandbox.environments import environment_class
+    from swe_sandbox.environments.pull_errors import pull_error
     from swe_sandbox.errors import BackendUnavailable
 
     backend = str(env_config.get("backend", ""))
@@ -119,11 +122,15 @@ def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
     reason = cls.unavailable_reason(url=env_config.get("url", ""))
     if reason:
         raise BackendUnavailable(f"{backend}: {reason}")
-    checked: dict[str, str | None] = {}
+    if env_config.get("image_pull") != "never":
+        return
+    engine = cls.engine_class(env_config.get("url", ""))
+    present: dict[str, bool] = {}
     for task in tasks:
-        image = task.image or str(env_config.get("image", ""))
-        if image not in checked:
-            checked[image] = cls.unavailable_reason(url=env_config.get("url", ""), image=image)
-        if checked[image]:
+        image = task.image or str(env_config.get("image") or cls.config_class.model_fields["image"].default)
+        if image not in present:
+            present[image] = engine.has_image(image)
+        if not present[image]:
             field = "image" if task.image else "environment.image"
-            raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): {field}: {checked[image]}")
+            raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): {field}: "
+                                f"{pull_error(backend, image, 'never')}")

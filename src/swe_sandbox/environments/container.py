@@ -78,6 +78,9 @@ from swe_sandbox.environments.engine import (
     process_start_id,
 )
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
+from swe_sandbox.environments.image_ref import is_loopback, parse_image
+from swe_sandbox.environments.pull_errors import pull_error
+from swe_sandbox.environments.pulling import PullRequest, pull
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -161,6 +164,18 @@ class ContainerConfig(EnvironmentConfig):
 
     image: str = "swe-sandbox/base"
     """Image to run; ``swe-sandbox image build`` builds the default (and ``swe-sandbox/nopython``)."""
+    image_pull: Literal["missing", "always", "never"] = "missing"
+    """When the image is pulled from its registry (through the engine's SDK, with the engine's own
+    credentials): ``missing`` (default) when the engine does not have it; ``always`` before every
+    container (a cheap manifest check when nothing changed); ``never``: a missing image is an
+    ``ImagePullError``. Sandboxes of one process that need the same image share one pull."""
+    pull_timeout: float = Field(1800.0, gt=0)
+    """Seconds a pull may take (default 1800, for images of several GB); then it is stopped and the
+    sandbox fails with ``ImagePullError`` (reason ``timeout``)."""
+    insecure_registries: list[str] = Field(default_factory=list)
+    """Podman only: registries (``host[:port]``) pulled from without TLS verification (plain HTTP
+    allowed), besides those on loopback (``localhost``, 127.0.0.0/8, ``::1``), which always are.
+    Docker's are the daemon's (``--insecure-registry``; it treats 127.0.0.0/8 so by default)."""
     workspace: str | None = None
     """Host directory copied into ``mount_point`` when the container starts (None: an empty one)."""
     mount_point: str = "/workspace"
@@ -356,10 +371,49 @@ class ContainerEnvironment(Environment):
         )
 
     # -- lifecycle ------------------------------------------------------------------------------
+    def pull_request(self) -> PullRequest:
+        """How this sandbox's image is pulled (``swe_sandbox.environments.pulling``)."""
+        cfg = self.config
+        registry = parse_image(cfg.image).registry
+        return PullRequest(backend=self.engine_class.name, url=cfg.url, image=cfg.image,
+                           insecure=is_loopback(registry) or registry in cfg.insecure_registries,
+                           timeout=cfg.pull_timeout)
+
+    def pull_image(self) -> None:
+        """Get ``image`` into the engine as ``image_pull`` says, creating nothing (``swe-sandbox
+        image pull``): ``missing`` pulls it when absent, ``always`` pulls it, ``never`` only checks.
+
+        Raises:
+            ImagePullError: the pull failed, or (``never``) the image is absent.
+        """
+        policy, image = self.config.image_pull, self.config.image
+        if policy == "never":
+            if not self.engine.has_image(image):
+                raise pull_error(self.engine.name, image, "never")
+            return
+        pull(self.pull_request(), present=(lambda: self.engine.has_image(image)) if policy == "missing" else None)
+
     def _create(self) -> str:
-        spec = self.container_spec()
+        """Create the container, pulling its image first as ``image_pull`` says."""
+        spec, policy = self.container_spec(), self.config.image_pull
+        if policy == "always":
+            pull(self.pull_request())
         try:
-            cid = self.engine.create(spec)
+            cid = self._create_container(spec)
+        except _ImageMissing:
+            if policy != "missing":
+                raise pull_error(self.engine.name, spec.image, "never") from None
+            pull(self.pull_request(), present=lambda: self._has_image(spec.image))
+            cid = self._create_container(spec)  # still missing: _ImageMissing is a SandboxStartError
+        self.container_id = cid
+        # Removed even if close() is never called (interpreter exit, garbage collection).
+        self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
+        return cid
+
+    def _create_container(self, spec: ContainerSpec) -> str:
+        """``engine.create``, its failure translated (``_ImageMissing`` when the image is absent)."""
+        try:
+            return self.engine.create(spec)
         except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
             reason = self.engine.unavailable_reason()  # checked only now: a ping costs ~10 ms
             if reason:
@@ -367,13 +421,8 @@ class ContainerEnvironment(Environment):
             if spec.userns == "remap" and self.engine.is_userns_error(exc):
                 raise BackendUnavailable(self._host_root_reason(error_line(exc))) from None
             if self.engine.is_not_found(exc) or not self._has_image(spec.image):
-                raise SandboxStartError(f"{self.engine.name}: no image {spec.image} "
-                                        "(build it with `swe-sandbox image build`)") from None
+                raise _ImageMissing(f"{self.engine.name}: no image {spec.image} (not even after a pull)") from None
             raise SandboxStartError(f"{self.engine.name}: cannot create the container: {error_line(exc)}") from None
-        self.container_id = cid
-        # Removed even if close() is never called (interpreter exit, garbage collection).
-        self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
-        return cid
 
     def _host_root_reason(self, what: str) -> str:
         """Why a ``userns: remap`` sandbox was refused, how to enable remapping, how to opt out."""
@@ -578,6 +627,10 @@ class ContainerEnvironment(Environment):
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+class _ImageMissing(SandboxStartError):
+    """``engine.create`` failed for want of the image (pulled then, as ``image_pull`` says)."""
+
+
 def _num(value: float) -> str:
     return "%d" % value if value == int(value) else "%g" % value
 

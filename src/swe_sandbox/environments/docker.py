@@ -18,10 +18,11 @@ for ``userns: host``). Whether the daemon remaps is checked inside each containe
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from swe_sandbox.environments.container import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.image_ref import parse_image
 
 
 class DockerConfig(ContainerConfig):
@@ -79,6 +80,11 @@ class DockerEngine(Engine):
         except docker.errors.ImageNotFound:
             return False
         return True
+
+    def pull_events(self, image: str, *, insecure: bool = False) -> Iterator[dict[str, Any]]:
+        # insecure is the daemon's to decide (--insecure-registry; 127.0.0.0/8 always is)
+        ref = parse_image(image)
+        return self.client.api.pull(ref.name, tag=ref.digest or ref.tag, stream=True, decode=True)
 
     def create_kwargs(self, spec: ContainerSpec) -> dict[str, Any]:
         import docker.types

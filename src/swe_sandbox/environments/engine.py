@@ -15,7 +15,7 @@ import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable
+from typing import Any, ClassVar, Iterable, Iterator
 
 LABEL = "org.swe-sandbox"
 LABEL_MANAGED = f"{LABEL}.managed"
@@ -95,6 +95,14 @@ class Engine:
         raise NotImplementedError
 
     def has_image(self, image: str) -> bool:
+        raise NotImplementedError
+
+    def pull_events(self, image: str, *, insecure: bool = False) -> Iterator[dict[str, Any]]:
+        """Pull ``image`` through the SDK, yielding the engine's progress events (JSON objects,
+        see ``pull_progress``); a failure is an SDK exception or an ``{"error": ...}`` event.
+        ``insecure``: skip TLS verification and allow plain HTTP, where the engine lets the client
+        decide (Podman). The engine's own credentials are used (Docker's ``config.json`` read by
+        the SDK, Podman's auth file read by the service)."""
         raise NotImplementedError
 
     def create(self, spec: ContainerSpec) -> str:
