@@ -60,6 +60,7 @@ def build(engine: str, image: str, context: Path, dockerfile: str, inputs_hash: 
     """
     if label_of(engine, image) == inputs_hash:
         return False
+    previous = image_id(engine, image)
     with tempfile.NamedTemporaryFile("w", suffix=".Dockerfile") as handle:
         handle.write(f"{dockerfile}LABEL {HASH_LABEL}={inputs_hash}\n")
         handle.flush()
@@ -68,6 +69,8 @@ def build(engine: str, image: str, context: Path, dockerfile: str, inputs_hash: 
                        timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
         raise RuntimeError(f"{engine} build {image} failed:\n{done.stdout[-1500:]}{done.stderr[-1500:]}")
+    if previous is not None and previous != image_id(engine, image):
+        _engine(engine, "image", "rm", previous)  # untagged now; kept by the engine while a container uses it
     return True
 
 
