@@ -49,7 +49,7 @@ def connect(options: RayOptions) -> bool:
 
     here = not ray.is_initialized()
     if here and options.address == LOCAL:
-        ray.init(num_cpus=1, resources={RESOURCE: options.local_slots}, include_dashboard=False,
+        ray.init(address=LOCAL, num_cpus=1, resources={RESOURCE: options.local_slots}, include_dashboard=False,
                  object_store_memory=options.object_store_mib * 2**20, log_to_driver=False,
                  configure_logging=False)
     elif here:
@@ -92,11 +92,12 @@ class RayExecutor:
         self._pump.start()
 
     def slots(self) -> int:
-        """Sandbox slots the alive nodes offer now (read at most every ``slots_refresh_s``)."""
+        """Calls to keep submitted: the slots the alive nodes offer now (read at most every
+        ``slots_refresh_s``), plus ``queued_per_slot`` waiting for each."""
         if time.monotonic() - self._slots_at >= self.options.slots_refresh_s:
             self._slots = int(ray.cluster_resources().get(RESOURCE, 0))
             self._slots_at = time.monotonic()
-        return self._slots
+        return self._slots * (1 + self.options.queued_per_slot)
 
     def submit(self, call: RemoteCall, lost: Lost) -> cf.Future:
         """Start ``call`` as one Ray task; the future gets its value (or ``lost(...)``'s)."""
@@ -126,16 +127,21 @@ class RayExecutor:
 
     # -- the pump thread ------------------------------------------------------------------------
     def _pump_loop(self) -> None:
+        synced = 0.0
         while not self._closed.is_set():
             with self._lock:
                 refs = list(self._running)
             if refs:
                 ready, _ = ray.wait(refs, num_returns=1, timeout=self.options.poll_s)
+                if ready:  # and every other one that is ready too
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
                 for ref in ready:
                     self._resolve(ref)
             else:
                 self._closed.wait(self.options.poll_s)
-            self._sync()
+            if time.monotonic() - synced >= self.options.poll_s:
+                self._sync()
+                synced = time.monotonic()
 
     def _resolve(self, ref: ray.ObjectRef) -> None:
         with self._lock:

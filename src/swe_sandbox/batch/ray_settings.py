@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: The custom resource a node offers once per sandbox slot, and each task asks one unit of.
 RESOURCE = "swe_sandbox"
-#: ``--ray`` given without an address: a local Ray is started for the run (``-w`` slots).
+#: ``--ray`` given without an address: a local Ray is started for the run (``-w`` slots); Ray's own
+#: ``ray.init(address="local")``, which never joins a cluster this machine already runs.
 LOCAL = "local"
 #: Container labels the workers add (docker/podman): the batch run, and the Ray node that made it.
 LABEL_BATCH_RUN = "org.swe-sandbox.batch-run"
@@ -47,6 +48,9 @@ class RayOptions(BaseModel):
             it also learns then whether to stop). Stops arrive within this delay.
         poll_s: seconds the driver waits for a result before it handles progress and limits.
         slots_refresh_s: seconds between reads of the cluster's offered slots (nodes come and go).
+        queued_per_slot: calls kept waiting in Ray's queue per slot, besides those running, so a
+            freed slot starts the next at once (a queued call that finds the batch stopping does
+            not start).
         object_store_mib: object store of the local Ray, MiB (results are small).
     """
 
@@ -57,6 +61,7 @@ class RayOptions(BaseModel):
     heartbeat_s: float = Field(0.5, gt=0)
     poll_s: float = Field(0.2, gt=0)
     slots_refresh_s: float = Field(1.0, gt=0)
+    queued_per_slot: int = Field(1, ge=0)
     object_store_mib: int = Field(128, ge=75)
 
 

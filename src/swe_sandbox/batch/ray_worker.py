@@ -79,6 +79,7 @@ class Heartbeat:
         self.fields = dict(fields)
         self.cancel = Cancellation()
         self.budget = RemoteBudget(cost_limit)
+        self.answer = GO
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="swe-sandbox-heartbeat", daemon=True)
 
@@ -105,6 +106,7 @@ class Heartbeat:
             answer = ray.get(self.control.beat.remote(self.instance_id, fields), timeout=max(10.0, self.interval))
         except (ray.exceptions.RayError, TimeoutError):
             return  # the driver is gone or slow: Ray ends this task with its job, or the next beat gets through
+        self.answer = answer
         if answer == STOP_CANCEL:
             self.cancel.cancel()
         elif answer == STOP_BUDGET:
@@ -129,6 +131,8 @@ def execute(call: RemoteCall, control: Any) -> Any:
     where = node_fields()
     env = labelled(call.env_config, call.batch_run, where["ray_node"])
     with Heartbeat(control, call.instance_id, where, call.heartbeat_s, call.cost_limit) as beat:
+        if beat.answer != GO and call.kind != "evaluate":  # queued before the stop: it does not start
+            return _not_started(call, where)
         if call.kind == "evaluate":
             return _evaluation(call, env, where)
         if call.kind == "evaluate_kept":
@@ -140,6 +144,14 @@ def execute(call: RemoteCall, control: Any) -> Any:
         else:
             result = _rollout(call, env, beat)
     return result.model_copy(update=where)
+
+
+def _not_started(call: RemoteCall, where: dict[str, str]) -> Any:
+    """The result of a call the batch stopped before it started: not an attempt (it runs on resume)."""
+    from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
+
+    return RolloutResult(instance_id=call.instance_id, exit_status=INTERRUPTED, done=False, error="not started: "
+                         "the batch was stopping", backend=str(call.env_config.get("backend", "")), **where)
 
 
 def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
