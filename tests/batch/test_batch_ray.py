@@ -191,3 +191,32 @@ def test_cost_limit_holds_across_the_cluster(ray_cluster, bwrap_ok, calc_repo, t
     assert len(records) <= 6  # no instance started once the limit was reached: at most the slots' worth
     total = sum(r.cost for r in records)  # each stops within a heartbeat (0.5 s) of the driver's word
     assert 8.0 <= total <= 8.0 + 4 * len(records), [(r.instance_id, r.cost) for r in records]
+
+
+def test_ray_is_imported_only_when_asked_for_and_bare_ray_means_local():
+    from swe_sandbox.batch.cli import bare_ray_flag
+
+    code = ("import sys, swe_sandbox, swe_sandbox.cli, swe_sandbox.batch.driver, swe_sandbox.batch.eval_run;"
+            "print('ray' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+    assert bare_ray_flag(["batch", "t.jsonl", "--ray"]) == ["batch", "t.jsonl", "--ray=local"]
+    assert bare_ray_flag(["eval", "p", "--ray", "-w", "2"])[2] == "--ray=local"
+    assert bare_ray_flag(["batch", "t", "--ray", "auto"]) == ["batch", "t", "--ray", "auto"]
+    assert bare_ray_flag(["exec", "--", "x", "--ray"]) == ["exec", "--", "x", "--ray"]
+
+
+def test_live_progress_shows_each_instance_node_and_slots_in_use():
+    from rich.console import Console
+
+    from swe_sandbox.batch.live import LiveProgress
+
+    progress = LiveProgress()
+    progress.update("a", phase="running", ray_node="3f2a9c1e" + "0" * 48, step=2)
+    progress.update("b", phase="running", ray_node="3f2a9c1e" + "1" * 48)
+    progress.update("c", phase="evaluating", ray_node="81b0d4aa" + "0" * 48)
+    console = Console(record=True, width=120)
+    console.print(progress.render())
+    text = console.export_text()
+    assert "3f2a9c1e a" in text and "81b0d4aa c" in text
+    assert "slots in use: 3f2a9c1e 2 · 81b0d4aa 1" in text

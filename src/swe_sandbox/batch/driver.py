@@ -24,7 +24,7 @@ from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.progress import BatchProgress
-    from swe_sandbox.batch.ray_settings import RayOptions, RemoteCall
+    from swe_sandbox.batch.ray_settings import RayOptions
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -140,39 +140,14 @@ class BatchRun:
 
     def _start(self, pool: Any, job: Job) -> cf.Future:
         if self.ray is not None:
-            return pool.submit(self._remote_call(job), partial(self._lost, job))
+            from swe_sandbox.batch.ray_calls import lost_result, remote_call
+
+            return pool.submit(remote_call(self, job), partial(lost_result, self, job))
         work = self._reevaluate if job.evaluate_only else self._rollout
         return pool.submit(work, job.instance_id)
 
-    def _remote_call(self, job: Job) -> "RemoteCall":
-        """``job`` as a Ray task ships it (``swe_sandbox.batch.ray_worker``)."""
-        from swe_sandbox.batch.ray_settings import RemoteCall
-
-        common = {"task": self.tasks[job.instance_id], "env_config": self.env_config, "eval_timeout": self.eval_timeout}
-        if not job.evaluate_only:
-            return RemoteCall(kind="rollout", run_config=self.run_config, evaluate=self.evaluate,
-                              cost_limit=self.budget.limit, **common)
-        previous = self.final[job.instance_id]
-        return RemoteCall(kind="evaluate_kept", exit_status=previous.exit_status, patch=self._kept_patch(job.instance_id),
-                          backend=previous.backend, **common)
-
-    def _lost(self, job: Job, exit_status: str, error: str, where: dict[str, str]) -> RolloutResult:
-        """The result of ``job``'s Ray task lost for an infrastructure reason (its worker or node):
-        a rollout not done (it runs again), or an evaluation without a verdict."""
-        from swe_sandbox.batch.evaluation import infra_failed
-        from swe_sandbox.batch.ray_settings import NODE_LOST, short_node
-
-        kind = "evaluation" if job.evaluate_only else "rollout"
-        error = NODE_LOST.format(kind=kind, node=short_node(where.get("ray_node", "")) or "?", error=error)
-        fields = {"instance_id": job.instance_id, "backend": str(self.env_config.get("backend", "")),
-                  "node": where.get("node", ""), "ray_node": where.get("ray_node", ""), "error": error}
-        if not job.evaluate_only:
-            return RolloutResult(exit_status=exit_status, done=False, **fields)
-        previous, patch = self.final[job.instance_id], self._kept_patch(job.instance_id)
-        return RolloutResult(exit_status=previous.exit_status, done=True, evaluate_only=True, submission=patch,
-                             evaluation=infra_failed(self.tasks[job.instance_id], patch, error), **fields)
-
-    def _kept_patch(self, instance_id: str) -> str:
+    def kept_patch(self, instance_id: str) -> str:
+        """The patch ``preds.json`` holds for ``instance_id`` (its kept attempt's), or ``""``."""
         return (self.preds.preds.get(instance_id) or {}).get("model_patch") or ""
 
     def _may_start(self) -> bool:
@@ -190,7 +165,7 @@ class BatchRun:
         from swe_sandbox.batch.rollouts import evaluate_kept
 
         previous = self.final[instance_id]
-        patch = self._kept_patch(instance_id)
+        patch = self.kept_patch(instance_id)
         self.progress.update(instance_id, phase="evaluating")
         return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config,
                              cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend)
@@ -301,6 +276,8 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
 
     if workers < 1 or max_attempts < 1:
         raise ConfigError("workers and max_attempts must be >= 1")
+    from swe_sandbox.batch.ray_settings import ray_options
+
     ray = ray_options(executor, ray_address, workers)
     if run_config is None:
         from swe_sandbox.agent.config import load_run_config
@@ -313,24 +290,3 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
              redo_existing=redo_existing, budget=CostBudget(cost_limit), cancel=cancel or Cancellation(),
              progress=progress or BatchProgress(), eval_timeout=eval_timeout, ray=ray).run()
     return output_dir
-
-
-def ray_options(executor: str, address: str | None, workers: int) -> "RayOptions | None":
-    """The ``RayOptions`` of ``executor="ray"`` (None for ``threads``), checked before anything runs.
-
-    Raises:
-        ConfigError: an unknown executor, or Ray is not installed.
-    """
-    from swe_sandbox.errors import ConfigError
-
-    if executor == "threads":
-        return None
-    if executor != "ray":
-        raise ConfigError(f"executor: {executor!r} is neither 'threads' nor 'ray'")
-    from importlib.util import find_spec
-
-    from swe_sandbox.batch.ray_settings import LOCAL, NOT_INSTALLED, RayOptions
-
-    if find_spec("ray") is None:
-        raise ConfigError(NOT_INSTALLED)
-    return RayOptions(address=address or LOCAL, local_slots=workers)

@@ -68,7 +68,7 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
     """
     from swe_sandbox.agent.trajectory import atomic_write_text, to_json
     from swe_sandbox.batch.grading import run_report
-    from swe_sandbox.batch.driver import ray_options
+    from swe_sandbox.batch.ray_settings import ray_options
     from swe_sandbox.config import load_environment_config
 
     ray = ray_options(executor, ray_address, workers)

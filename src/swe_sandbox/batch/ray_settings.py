@@ -101,3 +101,22 @@ class RemoteCall(BaseModel):
     def instance_id(self) -> str:
         task: "Task" = self.task
         return task.instance_id
+
+
+def ray_options(executor: str, address: str | None, workers: int) -> RayOptions | None:
+    """The ``RayOptions`` of ``executor="ray"`` (None for ``threads``), checked before anything runs.
+
+    Raises:
+        ConfigError: an unknown executor, or Ray is not installed.
+    """
+    from importlib.util import find_spec
+
+    from swe_sandbox.errors import ConfigError
+
+    if executor == "threads":
+        return None
+    if executor != "ray":
+        raise ConfigError(f"executor: {executor!r} is neither 'threads' nor 'ray'")
+    if find_spec("ray") is None:
+        raise ConfigError(NOT_INSTALLED)
+    return RayOptions(address=address or LOCAL, local_slots=workers)
