@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -109,8 +110,9 @@ def test_suite_on_ray_writes_what_the_thread_pool_writes(backend, suite, ray_clu
         assert wait_for(lambda: not containers(label), 30), containers(label)
 
 
-def calc_argv(tasks: Path, out: Path, cluster: LocalCluster, backend: str, label: str) -> list[str]:
-    outputs = json.dumps([FIX, MARKER, SUBMIT])
+def calc_argv(tasks: Path, out: Path, cluster: LocalCluster, backend: str, label: str,
+              marker: str = MARKER) -> list[str]:
+    outputs = json.dumps([FIX, marker, SUBMIT])
     return ["batch", str(tasks), "-o", str(out), "--env", backend, f"--ray={cluster.address}",
             "-c", "model.model_class=deterministic", "-c", f"model.outputs={outputs}",
             *(["-c", f'environment.labels={{"swe-sandbox.test": "{label}"}}'] if backend == "docker" else [])]
@@ -148,8 +150,8 @@ def test_a_node_lost_midway_every_task_once_nothing_left(ray_cluster, docker_ok,
     assert [c for c in json.loads(gc.stdout or "[]") if c["action"] != "kept (owner alive)"] == [], gc.stdout
 
 
-def marker_processes() -> list[str]:
-    done = subprocess.run(["pgrep", "-af", MARKER], capture_output=True, text=True)
+def marker_processes(marker: str) -> list[str]:
+    done = subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True)
     return done.stdout.splitlines()
 
 
@@ -157,14 +159,15 @@ def marker_processes() -> list[str]:
 def test_driver_sigkilled_then_resumed_exactly_once(ray_cluster, bwrap_ok, calc_repo, fix_patch, tmp_path):
     out, ids = tmp_path / "out", [f"k{n}" for n in range(8)]
     tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task(i, calc_repo) for i in ids])
-    argv = calc_argv(tasks, out, ray_cluster, "bwrap", "")
+    marker = f"sleep 1.{secrets.randbelow(10**6) + 10**6}"  # this test's own: other runs use MARKER
+    argv = calc_argv(tasks, out, ray_cluster, "bwrap", "", marker)
     proc = start_cli(ray_cluster, *argv)
     try:
-        assert wait_for(lambda: ResultsLog(out / "results.jsonl").read() and len(marker_processes()) >= 2, 120)
+        assert wait_for(lambda: ResultsLog(out / "results.jsonl").read() and len(marker_processes(marker)) >= 2, 120)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-    assert wait_for(lambda: not marker_processes(), 30), marker_processes()  # Ray ended the job's workers
+    assert wait_for(lambda: not marker_processes(marker), 30), marker_processes(marker)  # Ray ended the job's workers
     first = ResultsLog(out / "results.jsonl").read()
     assert 1 <= len(first) < len(ids)
     resumed = cli(ray_cluster, *argv, timeout=300)
@@ -172,7 +175,7 @@ def test_driver_sigkilled_then_resumed_exactly_once(ray_cluster, bwrap_ok, calc_
     records = ResultsLog(out / "results.jsonl").read()
     assert sorted(r.instance_id for r in records) == ids and all(r.attempt == 1 and r.done for r in records)
     assert read(out / "preds.json") == expected_preds(ids, fix_patch)
-    assert not marker_processes()
+    assert not marker_processes(marker)
 
 
 @pytest.mark.bwrap
@@ -182,12 +185,13 @@ def test_cost_limit_holds_across_the_cluster(ray_cluster, bwrap_ok, calc_repo, t
     for key in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH"):
         monkeypatch.setenv(key, ray_cluster.env[key])
     tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"c{n}", calc_repo) for n in range(12)]))
-    config = run_config(["sleep 0.2"] * 40 + [SUBMIT])
+    config = run_config(["sleep 0.2"] * 40 + [SUBMIT], cost_limit=0.0)  # no per-instance limit: the batch's only
     config["model"]["cost_per_call"] = 1.0
     out = run_batch(tasks, tmp_path / "out", run_config=config, env_config="bwrap", cost_limit=8.0,
                     executor="ray", ray_address=ray_cluster.address)
     records = ResultsLog(out / "results.jsonl").read()
     assert records and {r.exit_status for r in records} == {"LimitsExceeded"}
+    assert all("total cost limit" in r.error for r in records), [r.error for r in records]
     assert len(records) <= 6  # no instance started once the limit was reached: at most the slots' worth
     total = sum(r.cost for r in records)  # each stops within a heartbeat (0.5 s) of the driver's word
     assert 8.0 <= total <= 8.0 + 4 * len(records), [(r.instance_id, r.cost) for r in records]
