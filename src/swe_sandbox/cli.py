@@ -458,8 +458,10 @@ def main() -> None:
     """
     from swe_sandbox.signals import terminate_on_signals
 
+    from swe_sandbox.batch.cli import bare_ray_flag
+
     with terminate_on_signals():
-        app(prog_name="swe-sandbox")
+        app(prog_name="swe-sandbox", args=bare_ray_flag(sys.argv[1:]))
 
 
 if __name__ == "__main__":

@@ -86,6 +86,11 @@ def bwrap_ok() -> None:
     require_backend("bwrap")
 
 
+@pytest.fixture
+def docker_ok() -> None:
+    require_backend("docker")
+
+
 def batch_argv(tasks: Path, out: Path, *extra: str) -> list[str]:
     outputs = json.dumps([FIX, MARKER, SUBMIT])
     return [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "-o", str(out), "--env", "bwrap", "-w", "2",

@@ -76,6 +76,27 @@ def load_task_file(path: Path, image_template: str | None) -> list["Task"]:
     return tasks
 
 
+RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
+            "cluster's address, or nothing (after TASKS): a local Ray with -w slots.")
+RayOpt = Annotated[Optional[str], Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
+
+
+def bare_ray_flag(argv: list[str]) -> list[str]:
+    """``argv`` with a bare ``--ray`` (last, or followed by an option) given its value ``local``:
+    ``--ray [ADDRESS]`` takes an optional value, which typer's options cannot."""
+    out = list(argv)
+    if not out or out[0] not in ("batch", "eval") or "--ray" not in out:
+        return out
+    from swe_sandbox.batch.ray_settings import LOCAL
+
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg == "--ray" and (i + 1 == len(out) or out[i + 1].startswith("-")):
+            out[i] = f"--ray={LOCAL}"
+    return out
+
+
 def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list["Task"]:
     """mini-swe-agent's selection: shuffle (seed 42), then ``--filter`` (``re.match`` on the id),
     then ``--slice A:B`` (Python slice of what is left).
@@ -139,6 +160,7 @@ def batch_command(
                                                                                   "eval_command.")] = 1800.0,
     image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                                  show_default=False)] = None,
+    ray: RayOpt = None,
 ) -> None:
     def body() -> int:
         from swe_sandbox.agent.cli import check_model_config, environment_config, require_usable
@@ -158,9 +180,15 @@ def batch_command(
         require_usable(str(env_data.get("backend")))
         check_task_images(tasks, env_data)
         return _run(tasks, output, config, env_data, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
-                    redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout)
+                    redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout,
+                    **_executor(ray))
 
     raise typer.Exit(_guarded(body))
+
+
+def _executor(ray: str | None) -> dict[str, Any]:
+    """``run_batch`` / ``run_eval``'s ``executor`` and ``ray_address`` for ``--ray``."""
+    return {"executor": "threads"} if ray is None else {"executor": "ray", "ray_address": ray}
 
 
 def _check_agent_config(agent: dict[str, Any]) -> None:
@@ -228,6 +256,7 @@ def eval_command(
                                                                                   "eval_command.")] = 1800.0,
     image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                                  show_default=False)] = None,
+    ray: RayOpt = None,
 ) -> None:
     def body() -> int:
         from swe_sandbox.agent.cli import require_usable
@@ -243,7 +272,7 @@ def eval_command(
         require_usable(str(env_data.get("backend")))
         check_task_images([t for t in tasks if t.instance_id in {p["instance_id"] for p in preds}], env_data)
         report = run_eval(preds, tasks, output, env_config=env_data, workers=workers, max_attempts=max_attempts,
-                          redo_existing=redo_existing, eval_timeout=eval_timeout)
+                          redo_existing=redo_existing, eval_timeout=eval_timeout, **_executor(ray))
         _print_summary(output)
         return _exit_for(output, report["submitted_ids"])
 

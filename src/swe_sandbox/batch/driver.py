@@ -1,6 +1,7 @@
-"""``run_batch``: many rollouts on a thread pool; the driver alone writes the output directory.
+"""``run_batch``: many rollouts on a thread pool or on Ray; the driver alone writes the output directory.
 
-Rollouts run in worker threads and return values; this thread commits each finished attempt
+Rollouts run in worker threads (or, ``executor="ray"``, as Ray tasks: ``swe_sandbox.batch.ray_executor``)
+and return values; this thread commits each finished attempt
 (trajectory already saved by the agent, then ``preds.json``, evaluation files, then the
 ``results.jsonl`` line: see ``swe_sandbox.batch.records`` for why this order is crash-safe).
 Rerunning the same call resumes: done instances are skipped, others run again up to
@@ -12,8 +13,9 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 from collections import deque
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation, CostBudget
@@ -22,6 +24,7 @@ from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.progress import BatchProgress
+    from swe_sandbox.batch.ray_settings import RayOptions
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_MAX_ATTEMPTS = 3
@@ -59,7 +62,8 @@ class BatchRun:
     def __init__(self, tasks: list["Task"], output_dir: Path, run_config: dict[str, Any],
                  env_config: dict[str, Any], *, workers: int, evaluate: bool, max_attempts: int,
                  redo_existing: bool, budget: CostBudget, cancel: Cancellation,
-                 progress: "BatchProgress", eval_timeout: float):
+                 progress: "BatchProgress", eval_timeout: float, ray: "RayOptions | None" = None):
+        self.ray = ray
         self.tasks = {t.instance_id: t for t in tasks}
         self.dir, self.run_config, self.env_config = output_dir, run_config, env_config
         self.workers, self.evaluate, self.max_attempts = workers, evaluate, max_attempts
@@ -95,8 +99,8 @@ class BatchRun:
                 ``os._exit``; sandboxes end with the process).
         """
         queue = deque(self.pending())
+        pool = self._executor()
         self.progress.started(total=len(self.tasks), pending=len(queue), finished=list(self.final.values()))
-        pool = cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="swe-sandbox-rollout")
         running: dict[cf.Future, Job] = {}
         wait = True
         try:
@@ -119,10 +123,9 @@ class BatchRun:
 
     def _loop(self, pool: cf.ThreadPoolExecutor, queue: deque, running: dict[cf.Future, Job]) -> None:
         while queue or running:
-            while queue and len(running) < self.workers and self._may_start():
+            while queue and len(running) < self._slots(pool) and self._may_start():
                 job = queue.popleft()
-                work = self._reevaluate if job.evaluate_only else self._rollout
-                running[pool.submit(work, job.instance_id)] = job
+                running[self._start(pool, job)] = job
             if not running:
                 return
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
@@ -131,6 +134,30 @@ class BatchRun:
                 job = self.next_job(instance_id) if self._commit(future.result()) else None
                 if job is not None and not self.cancel.cancelled:
                     queue.append(job)
+
+    def _executor(self) -> Any:
+        """The thread pool, or (``ray``) a ``RayExecutor``: both ``submit`` and ``shutdown``."""
+        if self.ray is None:
+            return cf.ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="swe-sandbox-rollout")
+        from swe_sandbox.batch.ray_executor import RayExecutor
+
+        return RayExecutor(self.ray, self.budget, self.cancel, self.progress)
+
+    def _slots(self, pool: Any) -> int:
+        """Rollouts at once: ``workers``, or on Ray the slots the cluster offers now."""
+        return self.workers if self.ray is None else pool.slots()
+
+    def _start(self, pool: Any, job: Job) -> cf.Future:
+        if self.ray is not None:
+            from swe_sandbox.batch.ray_calls import lost_result, remote_call
+
+            return pool.submit(remote_call(self, job), partial(lost_result, self, job))
+        work = self._reevaluate if job.evaluate_only else self._rollout
+        return pool.submit(work, job.instance_id)
+
+    def kept_patch(self, instance_id: str) -> str:
+        """The patch ``preds.json`` holds for ``instance_id`` (its kept attempt's), or ``""``."""
+        return (self.preds.preds.get(instance_id) or {}).get("model_patch") or ""
 
     def _may_start(self) -> bool:
         return not self.cancel.cancelled and not self.budget.exhausted()
@@ -147,7 +174,7 @@ class BatchRun:
         from swe_sandbox.batch.rollouts import evaluate_kept
 
         previous = self.final[instance_id]
-        patch = (self.preds.preds.get(instance_id) or {}).get("model_patch") or ""
+        patch = self.kept_patch(instance_id)
         self.progress.update(instance_id, phase="evaluating")
         return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config,
                              cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend)
@@ -157,10 +184,14 @@ class BatchRun:
         line. An instance out of attempts gets an empty prediction (SWE-bench counts it as an
         empty patch, as mini-swe-agent writes one). Returns False for an interrupted rollout
         (not an attempt: it runs again on resume)."""
+        instance_id = result.instance_id
+        if result.trajectory is not None:  # from a Ray worker: written here, first (see records)
+            from swe_sandbox.agent.trajectory import atomic_write_text
+
+            atomic_write_text(trajectory_path(self.dir, instance_id), result.trajectory)
         if result.exit_status == INTERRUPTED:
             self.progress.finished(None, result)
             return False
-        instance_id = result.instance_id
         model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
         if result.done:
             self.preds.put(instance_id, result.submission, model_name)
@@ -194,6 +225,7 @@ class BatchRun:
             exit_status=result.exit_status, done=result.done, error=result.error, cost=result.cost,
             api_calls=result.api_calls, steps=result.steps, duration_s=round(result.duration_s, 3),
             backend=result.backend, started_at=result.started_at, finished_at=time.time(),
+            **({"node": result.node} if result.node else {}), ray_node=result.ray_node or None,
             patch_lines=len(result.submission.splitlines()),
             eval_status=evaluation.status if evaluation else None,
             resolved=evaluation.resolved if evaluation else None,
@@ -212,7 +244,8 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
               env_config: str | dict[str, Any] = "bwrap", workers: int = 1, evaluate: bool = False,
               max_attempts: int = DEFAULT_MAX_ATTEMPTS, redo_existing: bool = False, cost_limit: float = 0.0,
               eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, progress: "BatchProgress | None" = None,
-              cancel: Cancellation | None = None) -> Path:
+              cancel: Cancellation | None = None, executor: Literal["threads", "ray"] = "threads",
+              ray_address: str = "local") -> Path:
     """Run ``rollout`` for every task not done yet, ``workers`` at once; write ``output_dir``.
 
     Args:
@@ -232,6 +265,11 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
         eval_timeout: seconds for each ``eval_command``.
         progress: receives events (``swe_sandbox.batch.progress``); default: none shown.
         cancel: cancel it (from another thread) to stop the batch as Ctrl-C does.
+        executor: ``threads`` (this machine), or ``ray``: one Ray task per rollout, each taking one
+            unit of the ``swe_sandbox`` resource, its sandbox on the node that runs it; as many
+            at once as the cluster's nodes offer (DESIGN.md §7). Needs the ``[ray]`` extra.
+        ray_address: with ``ray``: ``auto`` or an address of a running cluster, or ``local``
+            (default): a local Ray started for this run with ``workers`` slots.
 
     Returns:
         Path: ``output_dir``.
@@ -248,6 +286,9 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
 
     if workers < 1 or max_attempts < 1:
         raise ConfigError("workers and max_attempts must be >= 1")
+    from swe_sandbox.batch.ray_settings import ray_options
+
+    ray = ray_options(executor, ray_address, workers)
     if run_config is None:
         from swe_sandbox.agent.config import load_run_config
 
@@ -258,5 +299,5 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
     output_dir.mkdir(parents=True, exist_ok=True)
     BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
              redo_existing=redo_existing, budget=CostBudget(cost_limit), cancel=cancel or Cancellation(),
-             progress=progress or BatchProgress(), eval_timeout=eval_timeout).run()
+             progress=progress or BatchProgress(), eval_timeout=eval_timeout, ray=ray).run()
     return output_dir

@@ -4,7 +4,9 @@ Each prediction is evaluated in a fresh sandbox (``swe_sandbox.batch.evaluation`
 directory mirrors a batch's: ``<instance_id>/eval/`` (``patch.diff``, ``test_output.txt``,
 ``report.json``), ``report.json`` with SWE-bench's run-report keys, and ``results.jsonl`` (one
 line per evaluation, exit status ``Evaluated``), which makes a rerun resume: evaluated instances
-are skipped, infrastructure failures are evaluated again (up to ``max_attempts``).
+are skipped, infrastructure failures are evaluated again (up to ``max_attempts`` in all, within
+the run and across reruns). With ``executor="ray"`` each evaluation is one Ray task
+(``swe_sandbox.batch.ray_executor``); this process alone writes the directory.
 """
 
 from __future__ import annotations
@@ -12,16 +14,26 @@ from __future__ import annotations
 import concurrent.futures as cf
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult, evaluate, write_eval_files
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult, evaluate, infra_failed, write_eval_files
 from swe_sandbox.batch.tasks import TaskFileError
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
 EVALUATED = "Evaluated"
+
+
+class EvalAttempt(NamedTuple):
+    """One finished evaluation: its result, when it started (Unix time, s) and where it ran (Ray)."""
+
+    result: EvalResult
+    started: float
+    node: str = ""
+    ray_node: str = ""
 
 
 def match_predictions(predictions: list[dict[str, Any]], tasks: list["Task"]) -> dict[str, dict[str, Any]]:
@@ -40,8 +52,12 @@ def match_predictions(predictions: list[dict[str, Any]], tasks: list["Task"]) ->
 
 def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir: str | Path, *,
              env_config: str | dict[str, Any] = "bwrap", workers: int = 1, max_attempts: int = 3,
-             redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S) -> dict[str, Any]:
+             redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
+             executor: Literal["threads", "ray"] = "threads", ray_address: str = "local") -> dict[str, Any]:
     """Evaluate ``predictions`` (from ``load_predictions``) of ``tasks``; write ``output_dir``.
+
+    ``workers`` at once on this machine, or (``executor="ray"``) one Ray task per evaluation on a
+    cluster (``ray_address``: ``auto``, an address, or ``local``; see ``run_batch``).
 
     Returns:
         dict: the run report (``report.json``'s content).
@@ -52,8 +68,10 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
     """
     from swe_sandbox.agent.trajectory import atomic_write_text, to_json
     from swe_sandbox.batch.grading import run_report
+    from swe_sandbox.batch.ray_settings import ray_options
     from swe_sandbox.config import load_environment_config
 
+    ray = ray_options(executor, ray_address, workers)
     preds = match_predictions(predictions, tasks)
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     by_id = {t.instance_id: t for t in tasks if t.instance_id in preds}
@@ -64,25 +82,70 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
     generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
     state = rec.ResumeState(existing, generation)
     todo = [i for i in by_id if state.should_run(i, max_attempts)]
-    with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval") as pool:
-        futures = {pool.submit(_one, by_id[i], preds[i]["model_patch"], env, eval_timeout): i for i in todo}
-        for future in cf.as_completed(futures):
-            result, started = future.result()
-            if not result.infra_failure:
-                write_eval_files(result, directory / result.instance_id / rec.EVAL_DIR)
-            record = _record(result, state.next_attempt(result.instance_id), started, str(env.get("backend", "")))
-            record.generation = generation
-            log.append(record)
-            state.add(record)
+    pool = _pool(ray, workers)
+    start = partial(_start, pool, ray is not None, env, eval_timeout)
+    try:
+        running = {start(by_id[i], preds[i]["model_patch"]): i for i in todo}
+        while running:
+            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                instance_id = running.pop(future)
+                _commit(future.result(), directory, log, state, generation, str(env.get("backend", "")))
+                if state.should_run(instance_id, max_attempts):  # an infrastructure failure: again
+                    running[start(by_id[instance_id], preds[instance_id]["model_patch"])] = instance_id
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     outcomes = {i: r.eval_status for i, r in state.final.items() if r.done and r.eval_status}
     report = run_report([t.instance_id for t in tasks], preds, outcomes)
     atomic_write_text(directory / rec.REPORT_FILE, to_json(report, indent=2) + "\n")
     return report
 
 
-def _one(task: "Task", patch: str | None, env: dict[str, Any], timeout: float) -> tuple[EvalResult, float]:
+def _pool(ray: Any, workers: int) -> Any:
+    if ray is None:
+        return cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval")
+    from swe_sandbox.batch.control import Cancellation, CostBudget
+    from swe_sandbox.batch.progress import BatchProgress
+    from swe_sandbox.batch.ray_executor import RayExecutor
+
+    return RayExecutor(ray, CostBudget(), Cancellation(), BatchProgress())
+
+
+def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, task: "Task",
+           patch: str | None) -> cf.Future:
+    if not on_ray:
+        return pool.submit(evaluate_one, task, patch, env, timeout)
+    from swe_sandbox.batch.ray_settings import RemoteCall
+
+    call = RemoteCall(kind="evaluate", task=task, patch=patch, env_config=env, eval_timeout=timeout)
+    return pool.submit(call, partial(_lost, task, patch))
+
+
+def _lost(task: "Task", patch: str | None, exit_status: str, error: str, where: dict[str, str]) -> EvalAttempt:
+    """The attempt of an evaluation whose Ray task was lost with its worker or node (runs again)."""
+    result = infra_failed(task, patch, f"{exit_status}: {error}")
+    return EvalAttempt(result, time.time(), where.get("node", ""), where.get("ray_node", ""))
+
+
+def evaluate_one(task: "Task", patch: str | None, env: dict[str, Any], timeout: float) -> EvalAttempt:
+    """``evaluate`` with when it started: one unit of work of ``run_eval``."""
     started = time.time()
-    return evaluate(task, patch, env, timeout=timeout), started
+    return EvalAttempt(evaluate(task, patch, env, timeout=timeout), started)
+
+
+def _commit(attempt: EvalAttempt, directory: Path, log: rec.ResultsLog, state: rec.ResumeState,
+            generation: int, backend: str) -> rec.AttemptRecord:
+    """Write one finished evaluation: its eval files (with a verdict), then its ``results.jsonl`` line."""
+    result = attempt.result
+    if not result.infra_failure:
+        write_eval_files(result, directory / result.instance_id / rec.EVAL_DIR)
+    record = _record(result, state.next_attempt(result.instance_id), attempt.started, backend)
+    record.generation = generation
+    if attempt.ray_node:
+        record.node, record.ray_node = attempt.node or record.node, attempt.ray_node
+    log.append(record)
+    state.add(record)
+    return record
 
 
 def _record(result: EvalResult, attempt: int, started: float, backend: str) -> rec.AttemptRecord:

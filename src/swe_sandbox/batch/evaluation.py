@@ -106,13 +106,20 @@ def evaluate(task: "Task", patch: str | None, env_config: dict[str, Any], *,
     except (SandboxError, BackendUnavailable) as exc:
         if cancel is not None and cancel.cancelled:
             raise KeyboardInterrupt("batch cancelled") from None
-        result = _failed(task, patch, ERROR, f"{type(exc).__name__}: {exc}")
-        result.infra_failure = True
+        result = infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
     result.duration_s = time.monotonic() - started
     return result
 
 
-def _failed(task: "Task", patch: str, status: str, error: str, log: str = "") -> EvalResult:
+def infra_failed(task: "Task", patch: str | None, error: str) -> EvalResult:
+    """The result of an evaluation that had no verdict for an infrastructure reason (``error``):
+    its sandbox did not start or died, or (Ray) its node was lost. It runs again."""
+    result = _failed(task, patch, ERROR, error)
+    result.infra_failure = True
+    return result
+
+
+def _failed(task: "Task", patch: str | None, status: str, error: str, log: str = "") -> EvalResult:
     report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
     return EvalResult(instance_id=task.instance_id, status=status, error=error, report=report, log=log, patch=patch)
 

@@ -6,6 +6,9 @@
     pallets__jinja-4     pulling       0   $0.0000   127.0.0.1:5000/sweb.eval.x86_64.pallets_1776_jinja-4  2/5 layers, …
     Submitted 11 · LimitsExceeded 1
 
+On Ray (``--ray``) each running instance's line starts with its node's short id, and a line gives
+the slots in use per node (``slots in use: 3f2a9c1e 2 · 81b0d4aa 1``).
+
 Text that comes from the sandbox or the model (commands) is shown with its control characters
 escaped (``swe_sandbox.terminal``), so no escape sequence reaches the terminal.
 """
@@ -59,6 +62,7 @@ class LiveProgress(Tally):
         with self.lock:
             headline, rows = self.headline(), sorted(self.running.items())
             statuses = " · ".join(f"{k} {v}" for k, v in self.statuses.most_common())
+            slots = " · ".join(f"{node} {n}" for node, n in sorted(self.slots_in_use().items()))
             done, total = self.done, self.total
         bar = Table.grid(padding=(0, 2))
         bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=40), Text(headline))
@@ -70,6 +74,8 @@ class LiveProgress(Tally):
         parts = [bar, table] if rows else [bar]
         if len(rows) > MAX_ROWS:
             parts.append(Text(f"… and {len(rows) - MAX_ROWS} more running", style="dim"))
+        if slots:
+            parts.append(Text(f"slots in use: {slots}", style="dim"))
         if statuses:
             parts.append(Text(statuses, style="dim"))
         return Group(*parts)
@@ -82,6 +88,9 @@ class LiveProgress(Tally):
         command = escape_controls(str(text).strip().splitlines()[0] if text else "")
         if len(command) > COMMAND_WIDTH:
             command = command[: COMMAND_WIDTH - 1] + "…"
+        from swe_sandbox.batch.ray_settings import short_node
+
         elapsed = time.monotonic() - info.get("since", time.monotonic())
-        return (instance_id, f"{info.get('phase', '')} {elapsed:.0f}s", str(info.get("step", "")),
+        node = f"{short_node(info['ray_node'])} " if info.get("ray_node") else ""
+        return (f"{node}{instance_id}", f"{info.get('phase', '')} {elapsed:.0f}s", str(info.get("step", "")),
                 f"${float(info.get('cost', 0.0)):.4f}", command)

@@ -31,7 +31,8 @@ class BatchProgress:
 
     def update(self, instance_id: str, **fields: Any) -> None:
         """A running instance's news: ``phase``, ``step``, ``cost`` (USD), ``command``; ``detail``
-        (shown instead of the command while not empty): the image pull under way."""
+        (shown instead of the command while not empty): the image pull under way; on Ray also
+        ``node`` (host name) and ``ray_node`` (the Ray node id) of where it runs."""
 
     def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
         """An attempt ended (``record`` None: interrupted, not recorded)."""
@@ -77,6 +78,12 @@ class Tally(BatchProgress):
                 self._count(record)
                 self.done_this_run += record.done
 
+    def slots_in_use(self) -> Counter[str]:
+        """Running instances per Ray node (short id), for those that reported one. Call with ``lock`` held."""
+        from swe_sandbox.batch.ray_settings import short_node
+
+        return Counter(short_node(info["ray_node"]) for info in self.running.values() if info.get("ray_node"))
+
     def eta_s(self) -> float | None:
         """Seconds left at this run's pace so far; None before the first instance is done."""
         if not self.done_this_run:
@@ -108,14 +115,17 @@ class LineProgress(Tally):
         self._print(f"batch: {total} instances, {pending} to run, {self.done} done before")
 
     def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+        from swe_sandbox.batch.ray_settings import short_node
+
         super().finished(record, result)
         if record is None:
             self._print(f"{result.instance_id}: interrupted (runs again on resume)")
             return
         verdict = f" eval={record.eval_status}" if record.eval_status else ""
         again = "" if record.done else " (infrastructure failure: not done)"
+        where = f" on node {short_node(record.ray_node)}" if record.ray_node else ""
         self._print(f"{record.instance_id}: {record.exit_status}{verdict} ${record.cost:.4f} "
-                    f"{record.steps} steps {record.duration_s:.1f}s attempt {record.attempt}{again}"
+                    f"{record.steps} steps {record.duration_s:.1f}s attempt {record.attempt}{where}{again}"
                     f"  [{self.headline()}]")
 
     def _print(self, line: str) -> None:

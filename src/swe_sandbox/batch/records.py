@@ -57,6 +57,8 @@ class AttemptRecord(BaseModel):
     backend: str = ""
     node: str = Field(default_factory=socket.gethostname)
     """Host name of the machine that ran the attempt."""
+    ray_node: str | None = None
+    """With ``--ray``: the id of the Ray node that ran the attempt (or last reported it ran it)."""
     started_at: float = 0.0
     """Unix time, seconds."""
     finished_at: float = 0.0

@@ -58,6 +58,13 @@ class RolloutResult(BaseModel):
     model_name: str = ""
     evaluate_only: bool = False
     """An evaluation of a kept patch (``evaluate_kept``): no agent ran."""
+    node: str = ""
+    """Host name of the machine that ran it, when not this one's (Ray); empty: this machine."""
+    ray_node: str = ""
+    """Id of the Ray node that ran it (``--ray``); empty without Ray."""
+    trajectory: str | None = None
+    """The trajectory file's text, when the rollout ran where the output directory is not (Ray):
+    the driver writes it. None: the agent saved it itself (``trajectory_path``)."""
 
     @property
     def resolved(self) -> bool | None:

@@ -1,0 +1,181 @@
+"""The driver side of ``--ray``: one Ray task per rollout (or evaluation), results as they finish.
+
+``RayExecutor`` connects to a cluster (or starts a local Ray for the run) and quacks like the
+thread pool the driver otherwise uses: ``submit`` returns a ``concurrent.futures.Future`` for the
+call's value, ``shutdown`` ends it. Each call is one Ray task asking for one unit of the custom
+resource ``swe_sandbox`` (no CPU), so no node runs more sandboxes than it offers, with Ray's own
+retries off (``max_retries=0``): an infrastructure failure (the worker or its node lost, a result
+lost with its node) resolves the future with the caller's ``lost`` value, which the driver records
+as an attempt (with its node) and submits again, up to ``--max-attempts``. A ``pump`` thread
+waits on the tasks with ``ray.wait`` and resolves each future as its task ends; in between it
+reads the running tasks' reports from the ``BatchControl`` actor (progress, node, cost so far),
+keeps the driver's ``CostBudget`` up to date, and tells the actor to stop the tasks when the
+driver's ``Cancellation`` is cancelled (Ctrl-C) or the budget is exhausted.
+
+Imported only when asked for: it imports Ray.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Callable
+
+import ray
+
+from swe_sandbox.batch.ray_settings import (LOCAL, NO_SLOTS, RESOURCE, STOP_BUDGET, STOP_CANCEL, RayOptions,
+                                            RemoteCall)
+from swe_sandbox.batch.ray_worker import BatchControl, execute
+
+if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.control import Cancellation, CostBudget
+    from swe_sandbox.batch.progress import BatchProgress
+
+#: ``lost(exit_status, error, fields)``: the value of a call whose task failed for an infrastructure
+#: reason (``fields``: the ``node`` and ``ray_node`` it last reported, when it did).
+Lost = Callable[[str, str, dict[str, str]], Any]
+
+
+def connect(options: RayOptions) -> bool:
+    """Connect this process to Ray (unless it already is: a trainer's own session is used as it
+    is); returns whether it connected here (then ``shutdown`` disconnects, and stops a local Ray).
+
+    Raises:
+        BackendUnavailable: no node offers the ``swe_sandbox`` resource.
+    """
+    from swe_sandbox.errors import BackendUnavailable
+
+    here = not ray.is_initialized()
+    if here and options.address == LOCAL:
+        ray.init(address=LOCAL, num_cpus=1, resources={RESOURCE: options.local_slots}, include_dashboard=False,
+                 object_store_memory=options.object_store_mib * 2**20, log_to_driver=False,
+                 configure_logging=False)
+    elif here:
+        ray.init(address=options.address, log_to_driver=False, configure_logging=False)
+    if not ray.cluster_resources().get(RESOURCE):
+        if here:
+            ray.shutdown()
+        raise BackendUnavailable(NO_SLOTS.format(resource=RESOURCE))
+    return here
+
+
+class RayExecutor:
+    """Runs ``RemoteCall`` s as Ray tasks (see the module docstring).
+
+    Args:
+        options: how to reach Ray.
+        budget: the batch's cost limit (running tasks' costs are tracked in it, finished ones added).
+        cancel: when cancelled, running tasks are told to stop.
+        progress: receives ``update(instance_id, node=..., phase=..., ...)`` from the running tasks.
+    """
+
+    def __init__(self, options: RayOptions, budget: "CostBudget", cancel: "Cancellation",
+                 progress: "BatchProgress") -> None:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        self.options, self.budget, self.cancel, self.progress = options, budget, cancel, progress
+        self.connected_here = connect(options)
+        self.run_id = uuid.uuid4().hex[:12]
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.control = ray.remote(BatchControl).options(num_cpus=0, scheduling_strategy=here).remote()
+        self.task = ray.remote(execute).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
+        self._lock = threading.Lock()
+        self._running: dict[ray.ObjectRef, tuple[RemoteCall, Lost, cf.Future]] = {}
+        self._last: dict[str, dict[str, Any]] = {}
+        self._active: set[str] = set()
+        self._stopped = ""
+        self._closed = threading.Event()
+        self._slots, self._slots_at = 0, 0.0
+        self._pump = threading.Thread(target=self._pump_loop, name="swe-sandbox-ray", daemon=True)
+        self._pump.start()
+
+    def slots(self) -> int:
+        """Calls to keep submitted: the slots the alive nodes offer now (read at most every
+        ``slots_refresh_s``), plus ``queued_per_slot`` waiting for each."""
+        if time.monotonic() - self._slots_at >= self.options.slots_refresh_s:
+            self._slots = int(ray.cluster_resources().get(RESOURCE, 0))
+            self._slots_at = time.monotonic()
+        return self._slots * (1 + self.options.queued_per_slot)
+
+    def submit(self, call: RemoteCall, lost: Lost) -> cf.Future:
+        """Start ``call`` as one Ray task; the future gets its value (or ``lost(...)``'s)."""
+        future: cf.Future = cf.Future()
+        call = call.model_copy(update={"heartbeat_s": self.options.heartbeat_s, "batch_run": self.run_id})
+        with self._lock:
+            self._running[self.task.remote(call, self.control)] = (call, lost, future)
+            self._active.add(call.instance_id)
+        return future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Stop the pump (after the running tasks when ``wait``), then disconnect from Ray
+        (a local Ray started for the run is stopped; its tasks' workers end with it)."""
+        if wait:
+            with self._lock:
+                futures = [f for _, _, f in self._running.values()]
+            cf.wait(futures)
+        self._closed.set()
+        self._pump.join(timeout=10)
+        with self._lock:
+            refs = list(self._running)
+        for ref in refs:
+            ray.cancel(ref, force=True)
+        ray.kill(self.control)
+        if self.connected_here:
+            ray.shutdown()
+
+    # -- the pump thread ------------------------------------------------------------------------
+    def _pump_loop(self) -> None:
+        synced = 0.0
+        while not self._closed.is_set():
+            with self._lock:
+                refs = list(self._running)
+            if refs:
+                ready, _ = ray.wait(refs, num_returns=1, timeout=self.options.poll_s)
+                if ready:  # and every other one that is ready too
+                    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+                for ref in ready:
+                    self._resolve(ref)
+            else:
+                self._closed.wait(self.options.poll_s)
+            if time.monotonic() - synced >= self.options.poll_s:
+                self._sync()
+                synced = time.monotonic()
+
+    def _resolve(self, ref: ray.ObjectRef) -> None:
+        with self._lock:
+            call, lost, future = self._running.pop(ref)
+            self._active.discard(call.instance_id)
+        instance_id = call.instance_id
+        try:
+            value = ray.get(ref)
+        except ray.exceptions.RayError as exc:
+            value = lost(type(exc).__name__, _first_line(exc), self._last.get(instance_id, {}))
+        self._last.pop(instance_id, None)
+        self.budget.finish(instance_id, float(getattr(value, "cost", 0.0) or 0.0))
+        future.set_result(value)
+
+    def _sync(self) -> None:
+        """Take the running tasks' news into progress and the budget; tell them to stop if needed."""
+        try:
+            news = ray.get(self.control.drain.remote(), timeout=10)
+        except (ray.exceptions.RayError, TimeoutError):
+            return
+        with self._lock:
+            news = {i: fields for i, fields in news.items() if i in self._active}  # late news of a finished one
+        for instance_id, fields in news.items():
+            first = instance_id not in self._last
+            self._last.setdefault(instance_id, {}).update(fields)
+            if first:
+                self.budget.track(instance_id, lambda last=self._last[instance_id]: float(last.get("cost", 0.0)))
+            self.progress.update(instance_id, **fields)
+        why = STOP_CANCEL if self.cancel.cancelled else STOP_BUDGET if self.budget.exhausted() else ""
+        if why and why != self._stopped:
+            self._stopped = why
+            self.control.stop.remote(why)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:500] if text else type(exc).__name__

@@ -1,0 +1,173 @@
+"""The worker side of the Ray executor: what one Ray task runs, and the batch's control actor.
+
+A Ray task runs one ``RemoteCall`` on the node Ray placed it on, with that node's engine, and
+returns its result as a value (``RolloutResult``, or ``EvalAttempt`` for ``swe-sandbox eval``);
+it writes nothing the driver reads: the trajectory the agent saves goes to a temporary file on the
+worker and comes back as text in the result. While it runs, a ``Heartbeat`` thread reports to the
+``BatchControl`` actor every ``heartbeat_s`` (node, phase, step, cost so far, last command) and
+applies what the actor answers: ``STOP_CANCEL`` closes the sandbox at once (as Ctrl-C does on one
+machine), ``STOP_BUDGET`` makes the agent stop with ``LimitsExceeded`` at its next step.
+
+Imported only by the Ray executor (it imports Ray).
+"""
+
+from __future__ import annotations
+
+import socket
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from swe_sandbox.batch.control import Cancellation, CostBudget
+from swe_sandbox.batch.ray_settings import (GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL,
+                                            RemoteCall)
+from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
+
+
+class BatchControl:
+    """The batch's control room, one actor on the driver's node: tasks report, the driver reads and decides."""
+
+    def __init__(self) -> None:
+        self._stop = GO
+        self._news: dict[str, dict[str, Any]] = {}
+
+    def beat(self, instance_id: str, fields: dict[str, Any]) -> str:
+        """A running task's news; returns ``GO``, ``STOP_CANCEL`` or ``STOP_BUDGET``."""
+        self._news.setdefault(instance_id, {}).update(fields)
+        return self._stop
+
+    def drain(self) -> dict[str, dict[str, Any]]:
+        """The news since the last call, ``{instance_id: fields}``."""
+        news, self._news = self._news, {}
+        return news
+
+    def stop(self, why: str) -> None:
+        """Tell every running task to stop (``STOP_CANCEL`` wins over ``STOP_BUDGET``)."""
+        if self._stop != STOP_CANCEL:
+            self._stop = why
+
+
+class RemoteBudget(CostBudget):
+    """The batch's cost limit as a worker sees it: its own rollout's cost (tracked as on one
+    machine), exhausted once the driver, which counts the whole batch, says so."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(limit)
+        self.reached = False
+
+    def exhausted(self) -> bool:
+        return self.reached
+
+
+class Heartbeat:
+    """Reports one running task to ``control`` every ``interval`` seconds and applies the answer.
+
+    Args:
+        control: the ``BatchControl`` actor handle.
+        instance_id: the task's instance.
+        fields: what every report carries besides the progress (node, host).
+        interval: seconds between reports.
+        cost_limit: the batch's total, USD (0: none).
+    """
+
+    def __init__(self, control: Any, instance_id: str, fields: dict[str, Any], interval: float,
+                 cost_limit: float) -> None:
+        self.control, self.instance_id, self.interval = control, instance_id, interval
+        self.fields = dict(fields)
+        self.cancel = Cancellation()
+        self.budget = RemoteBudget(cost_limit)
+        self.answer = GO
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="swe-sandbox-heartbeat", daemon=True)
+
+    def progress(self, instance_id: str, **fields: Any) -> None:
+        """The rollout's ``progress`` callback: kept, sent with the next report."""
+        self.fields.update(fields)
+
+    def __enter__(self) -> "Heartbeat":
+        self.beat()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self.beat()
+
+    def beat(self) -> None:
+        fields = {**self.fields, "cost": self.budget.total()}
+        try:
+            answer = ray.get(self.control.beat.remote(self.instance_id, fields), timeout=max(10.0, self.interval))
+        except (ray.exceptions.RayError, TimeoutError):
+            return  # the driver is gone or slow: Ray ends this task with its job, or the next beat gets through
+        self.answer = answer
+        if answer == STOP_CANCEL:
+            self.cancel.cancel()
+        elif answer == STOP_BUDGET:
+            self.budget.reached = True
+
+
+def node_fields() -> dict[str, str]:
+    """``{"ray_node": <node id>, "node": <host name>}`` of the node this runs on."""
+    return {"ray_node": ray.get_runtime_context().get_node_id(), "node": socket.gethostname()}
+
+
+def labelled(env_config: dict[str, Any], batch_run: str, ray_node: str) -> dict[str, Any]:
+    """``env_config`` with the run's and the node's labels on every container (docker/podman)."""
+    if env_config.get("backend") not in IMAGE_BACKENDS:
+        return env_config
+    labels = {**(env_config.get("labels") or {}), LABEL_BATCH_RUN: batch_run, LABEL_RAY_NODE: ray_node}
+    return {**env_config, "labels": labels}
+
+
+def execute(call: RemoteCall, control: Any) -> Any:
+    """Run ``call`` here (the body of every Ray task of a batch); returns its result as a value."""
+    where = node_fields()
+    env = labelled(call.env_config, call.batch_run, where["ray_node"])
+    with Heartbeat(control, call.instance_id, where, call.heartbeat_s, call.cost_limit) as beat:
+        if beat.answer != GO and call.kind != "evaluate":  # queued before the stop: it does not start
+            return _not_started(call, where)
+        if call.kind == "evaluate":
+            return _evaluation(call, env, where)
+        if call.kind == "evaluate_kept":
+            from swe_sandbox.batch.rollouts import evaluate_kept
+
+            beat.progress(call.instance_id, phase="evaluating")
+            result = evaluate_kept(call.task, call.exit_status, call.patch or "", env, cancel=beat.cancel,
+                                   eval_timeout=call.eval_timeout, backend=call.backend)
+        else:
+            result = _rollout(call, env, beat)
+    return result.model_copy(update=where)
+
+
+def _not_started(call: RemoteCall, where: dict[str, str]) -> Any:
+    """The result of a call the batch stopped before it started: not an attempt (it runs on resume)."""
+    from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
+
+    return RolloutResult(instance_id=call.instance_id, exit_status=INTERRUPTED, done=False, error="not started: "
+                         "the batch was stopping", backend=str(call.env_config.get("backend", "")), **where)
+
+
+def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
+    """``rollout``, its trajectory saved to a temporary file here and returned as text."""
+    from swe_sandbox.batch.rollouts import rollout
+
+    with tempfile.TemporaryDirectory(prefix="swe-sandbox-ray-") as scratch:
+        path = Path(scratch) / "trajectory.json"
+        result = rollout(call.task, call.run_config, env, call.evaluate, trajectory_path=path, cancel=beat.cancel,
+                         budget=beat.budget, progress=beat.progress, eval_timeout=call.eval_timeout)
+        result.trajectory = path.read_text(encoding="utf-8") if path.is_file() else None
+    result.messages = []  # the trajectory has them
+    return result
+
+
+def _evaluation(call: RemoteCall, env: dict[str, Any], where: dict[str, str]) -> Any:
+    from swe_sandbox.batch.eval_run import EvalAttempt, evaluate_one
+
+    return EvalAttempt(*evaluate_one(call.task, call.patch, env, call.eval_timeout), **where)
