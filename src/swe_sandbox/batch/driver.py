@@ -294,7 +294,8 @@ def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[s
 
         run_config = load_run_config()
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
-    warm_up((run_config.get("model") or {}).get("model_class", "litellm"))
+    if ray is None:  # on Ray the workers query the models
+        warm_up((run_config.get("model") or {}).get("model_class", "litellm"))
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
