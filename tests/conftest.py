@@ -432,3 +432,42 @@ def kill_server_when_running(marker: str) -> Any:
     thread.killed_at = None  # monotonic seconds of the kill, once done
     thread.start()
     return thread
+
+
+# -- a registry on loopback (tests/pull/): session-wide here, where every module shares them --------
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A real registry on loopback (Debian's docker-registry, ``helpers.registry``), for the session."""
+    from helpers.registry import Registry
+
+    server = Registry(tmp_path_factory.mktemp("registry")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pushed(registry: Any) -> Iterator[Any]:
+    """Our base image pushed to ``registry`` under a new name (``helpers.engine_images``); what the
+    tests pulled of it is removed from both engines at the end."""
+    from helpers.engine_images import ENGINES, push_test_image, remove_pushed
+
+    image = push_test_image(registry)
+    yield image
+    for engine in ENGINES:
+        if environment_class(engine).unavailable_reason() is None:
+            remove_pushed(engine, image)
+
+
+@pytest.fixture
+def silent_registry() -> Iterator[str]:
+    """``127.0.0.1:PORT`` where connections are taken (the kernel's backlog) and never answered."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"127.0.0.1:{sock.getsockname()[1]}"

@@ -61,10 +61,11 @@ class ImagePullError(SandboxStartError):
         reason (str): one of ``REASONS``: ``not_found`` (no such image in the registry),
             ``unauthorized`` (the registry refused the engine's credentials), ``unreachable`` (the
             registry did not answer), ``timeout`` (``pull_timeout`` passed), ``never`` (absent and
-            ``image_pull: never``), ``failed`` (anything else; the engine's words say what).
+            ``image_pull: never``), ``interrupted`` (stopped by Ctrl-C: ``pulling.stop_all``),
+            ``failed`` (anything else; the engine's words say what).
     """
 
-    REASONS = ("not_found", "unauthorized", "unreachable", "timeout", "never", "failed")
+    REASONS = ("not_found", "unauthorized", "unreachable", "timeout", "never", "interrupted", "failed")
 
     def __init__(self, message: str, image: str = "", reason: str = "failed"):
         super().__init__(message)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from swe_sandbox.errors import ConfigError, ImagePullError
+from swe_sandbox.errors import BackendUnavailable, ConfigError, ImagePullError
 
 #: Suffixes of task files (anything else given is an image reference).
 TASK_FILE_SUFFIXES = (".json", ".jsonl")
@@ -69,23 +69,34 @@ def pull_images(images: dict[str, list[str]], env_config: dict[str, Any], worker
     """Pull ``images`` (from ``collect_images``) on ``env_config``'s engine, ``workers`` at once.
 
     Raises:
-        ConfigError: the backend is not docker or podman, or the config is invalid.
+        ConfigError: the backend is not docker or podman, or the config (an image name) is invalid.
+        BackendUnavailable: the engine does not answer.
+        KeyboardInterrupt: after the pulls under way were stopped.
     """
+    from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
     from swe_sandbox.environments import get_environment
-    from swe_sandbox.environments.container import ContainerEnvironment
+    from swe_sandbox.environments.pulling import stop_all
 
     report = PullReport(instances=images)
-    sandboxes = {image: get_environment({**env_config, "image": image}) for image in images}
-    if not all(isinstance(env, ContainerEnvironment) for env in sandboxes.values()):
+    if env_config.get("backend") not in IMAGE_BACKENDS:
         raise ConfigError(f"environment.backend: {env_config.get('backend')!r} has no images (docker or podman)")
+    sandboxes = {image: get_environment({**env_config, "image": image}) for image in images}
+    for env in list(sandboxes.values())[:1]:  # one engine for all: it must answer
+        reason = env.unavailable_reason(env.config.url)
+        if reason:
+            raise BackendUnavailable(reason)
     with cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-pull") as pool:
         # each in a copy of the caller's context: its pull listener (the display) goes along
         futures = {pool.submit(contextvars.copy_context().run, env.pull_image): image
                    for image, env in sandboxes.items()}
-        for future in cf.as_completed(futures):
-            try:
-                future.result()
-                report.done.append(futures[future])
-            except ImagePullError as exc:
-                report.failed[futures[future]] = exc
+        try:
+            for future in cf.as_completed(futures):
+                try:
+                    future.result()
+                    report.done.append(futures[future])
+                except ImagePullError as exc:
+                    report.failed[futures[future]] = exc
+        except KeyboardInterrupt:
+            stop_all()  # the pulls end now (their engines cancel them); the pool's threads with them
+            raise
     return report

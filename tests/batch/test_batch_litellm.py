@@ -5,17 +5,14 @@ is scripted to be incomplete, so it fails its evaluation."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
-import time
 
 import pytest
-from batch_fixtures import calc_repo, calc_task, run, wait_for, write_tasks  # noqa: F401 - fixture
+from batch_fixtures import calc_repo, calc_task, run, write_tasks  # noqa: F401 - fixture
 from conftest import require_backend
+from helpers.interrupts import interrupt_when
 from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
 
 from swe_sandbox.batch.driver import CANCEL_GRACE_S
@@ -58,26 +55,19 @@ def test_ctrl_c_does_not_sit_out_a_rate_limit(calc_repo, tmp_path):
     require_backend("bwrap")
     tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task(f"r{n}", calc_repo) for n in range(2)])
     with ScriptedOpenAIServer([rate_limited(retry_after=60) for _ in range(2)]) as server:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
-             "-w", "2", "-m", "openai/scripted", "-c", f"model.model_kwargs.api_base={server.url}/v1",
-             "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            assert wait_for(lambda: len(server.log) == 2, 120), "both agents asked the model"
-            time.sleep(0.5)  # nothing to poll: both are inside their retry waits
-            interrupted = time.monotonic()
-            os.killpg(proc.pid, signal.SIGINT)
-            _, stderr = proc.communicate(timeout=60)
-            took = time.monotonic() - interrupted
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    assert proc.returncode == 130, stderr
-    assert took < 10, (took, stderr)
+        # settle: nothing to poll once both agents are inside their retry waits
+        done = interrupt_when(["batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap", "-w", "2",
+                               *scripted_model(server.url)], lambda: len(server.log) == 2, settle=0.5)
+    assert done.returncode == 130, done.stderr
+    assert done.exit_s < 10, done
     assert len(server.log) == 2  # no retry after the interrupt
     assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []
+
+
+def scripted_model(url: str) -> list[str]:
+    """The batch options of a litellm model at ``url`` (an OpenAI-compatible server)."""
+    return ["-m", "openai/scripted", "-c", f"model.model_kwargs.api_base={url}/v1",
+            "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"]
 
 
 class SilentProvider:
@@ -112,23 +102,13 @@ def test_ctrl_c_abandons_a_request_in_flight_after_the_grace(calc_repo, tmp_path
     require_backend("bwrap")
     tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("h0", calc_repo)])
     silent = SilentProvider()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
-         "-m", "openai/scripted", "-c", f"model.model_kwargs.api_base=http://127.0.0.1:{silent.port}/v1",
-         "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        assert silent.asked.wait(120), "the agent's request arrived"
-        interrupted = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
-        _, stderr = proc.communicate(timeout=CANCEL_GRACE_S + 30)
-        took = time.monotonic() - interrupted
+        done = interrupt_when(["batch", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
+                               *scripted_model(f"http://127.0.0.1:{silent.port}")], silent.asked.is_set,
+                              wait=CANCEL_GRACE_S + 30)
     finally:
         silent.close()
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode == 130, stderr
-    assert CANCEL_GRACE_S - 1 < took < CANCEL_GRACE_S + 10, (took, stderr)
-    assert "still busy" in stderr
+    assert done.returncode == 130, done.stderr
+    assert CANCEL_GRACE_S - 1 < done.exit_s < CANCEL_GRACE_S + 10, done
+    assert "still busy" in done.stderr
     assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []

@@ -72,6 +72,20 @@ def remove_pushed(engine: str, pushed: PushedImage) -> None:
         remove_image(engine, image)
 
 
+def pull_children(image: str) -> list[str]:
+    """Live pull processes (``pull_child``) for ``image`` on this host."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if b"swe_sandbox.environments.pull_child" in argv and image.encode() in argv:
+            found.append(pid)
+    return found
+
+
 def image_references(engine: str, name: str) -> list[str]:
     """Every tag or digest reference of ``engine``'s images that mentions the repository of ``name``."""
     repository = name.rpartition(":")[0]

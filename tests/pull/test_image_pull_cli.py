@@ -9,7 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers.engine_images import MARKER_PATH, has_image, remove_pushed
+import pytest
+from helpers.engine_images import MARKER_PATH, has_image, pull_children, remove_pushed
+from helpers.interrupts import interrupt_when
+from pull_fixtures import engine  # noqa: F401 - fixture
+
+from swe_sandbox import get_environment
 
 
 def swe_sandbox(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -53,3 +58,25 @@ def test_image_pull_of_a_task_file_without_images_is_a_usage_error(tmp_path: Pat
     done = swe_sandbox("image", "pull", str(task_file))
     assert done.returncode == 2
     assert "no task names an image (give --image-template)" in done.stderr
+
+
+@pytest.mark.parametrize("command", ["batch", "image pull"])
+def test_ctrl_c_stops_the_pulls_under_way(command, engine, silent_registry, tmp_path):
+    """Ctrl-C while ``batch`` or ``image pull`` waits for a pull (a registry that never answers,
+    ``pull_timeout`` 120 s): the pull is stopped at once, the command exits 130 within seconds,
+    and no pull process or container is left."""
+    image = f"{silent_registry}/swe-sandbox-test/hangs:{tmp_path.name.lower()}"
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text("".join(json.dumps({"instance_id": f"p{n}", "problem_statement": "-", "image": image}) + "\n"
+                             for n in range(2)))
+    common = ["--env", engine, "-c", "environment.pull_timeout=120", "-c",
+              f'environment.labels={{"swe-sandbox.test": "{tmp_path.name}"}}']
+    argv = (["batch", str(tasks), "-o", str(tmp_path / "out"), "-w", "2", *common,
+             "-c", "model.model_class=deterministic", "-c", 'model.outputs=["true"]']
+            if command == "batch" else ["image", "pull", str(tasks), *common[:4]])
+    done = interrupt_when(argv, lambda: bool(pull_children(image)))
+    assert done.returncode == 130, done.stderr
+    assert done.exit_s < 10, done
+    assert pull_children(image) == []
+    labelled = get_environment(engine).engine.list_managed()
+    assert not [c for c in labelled if tmp_path.name in json.dumps(c)], labelled

@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from helpers.engine_images import MARKER_PATH, remove_pushed
+from pull_fixtures import engine  # noqa: F401 - fixture
 
 from swe_sandbox.agent.config import load_run_config
 from swe_sandbox.batch import load_tasks, run_batch

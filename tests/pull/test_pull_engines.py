@@ -10,14 +10,13 @@
 from __future__ import annotations
 
 import concurrent.futures as cf
-import os
-import socket
 import time
 from typing import Any, Iterator
 
 import pytest
-from helpers.engine_images import MARKER_PATH, has_image, image_references, remove_pushed
+from helpers.engine_images import MARKER_PATH, has_image, image_references, pull_children, remove_pushed
 from helpers.registry import AGENTS, Registry, write_htpasswd
+from pull_fixtures import engine  # noqa: F401 - fixture
 
 import swe_sandbox
 from swe_sandbox.errors import ImagePullError
@@ -34,19 +33,6 @@ def run_in(engine: str, image: str, command: str = f"cat {MARKER_PATH}", **confi
 def no_container_named(engine: str, run_id: str) -> bool:
     return not swe_sandbox.get_environment(engine).engine.inspect(f"swe-sandbox-{run_id}")
 
-
-def pull_children(image: str) -> list[str]:
-    """Live pull processes (``pull_child``) for ``image`` on this host."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\0")
-        except OSError:
-            continue
-        if b"swe_sandbox.environments.pull_child" in argv and image.encode() in argv:
-            found.append(pid)
-    return found
 
 
 def test_missing_pulls_always_pulls_again_never_refuses(engine, registry, pushed):
@@ -136,15 +122,6 @@ def test_a_registry_answering_401_is_named_unauthorized(engine, locked_registry)
     error = fail_to_start(engine, image, within=30, pull_timeout=30)
     assert error.reason == "unauthorized", error
     assert "unauthorized" in str(error) and locked_registry.address in str(error)
-
-
-@pytest.fixture
-def silent_registry() -> Iterator[str]:
-    """``127.0.0.1:PORT`` where connections are taken (the kernel's backlog) and never answered."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(64)
-        yield f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 def test_a_pull_that_outlives_pull_timeout_is_stopped(engine, silent_registry):

@@ -21,6 +21,7 @@ from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
+from swe_sandbox.environments.pulling import stop_all as stop_pulls
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.progress import BatchProgress
@@ -104,10 +105,12 @@ class BatchRun:
         running: dict[cf.Future, Job] = {}
         wait = True
         try:
-            self._loop(pool, queue, running)
+            with self.cancel.calling(stop_pulls):  # a caller's cancel stops the image pulls under way too
+                self._loop(pool, queue, running)
         except KeyboardInterrupt:
             try:
                 self.cancel.cancel()  # running rollouts stop at once; their sandboxes are closed
+                stop_pulls()  # (unregistered by now)
                 for future in cf.as_completed(running, timeout=CANCEL_GRACE_S):
                     self._commit(future.result())
             except KeyboardInterrupt:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from swe_sandbox.batch.tasks import TaskFileError
+from swe_sandbox.environments.image_ref import check_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
@@ -39,12 +40,16 @@ def apply_image_template(tasks: list["Task"], template: str) -> None:
             continue
         fields = template_fields(task)
         try:
-            task.image = template.format(**fields)
+            image = template.format(**fields)
         except KeyError as exc:
             raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): --image-template: no field "
                                 f"{exc.args[0]!r} (fields: {', '.join(sorted(fields))})") from None
-        except (ValueError, IndexError) as exc:
+        except (ValueError, IndexError, AttributeError) as exc:
             raise TaskFileError(f"--image-template: not a format string over task fields: {exc}") from None
+        try:
+            task.image = check_reference(image)
+        except ValueError as exc:
+            raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): --image-template: {exc}") from None
 
 
 def images_of(tasks: list["Task"], default: str = "") -> dict[str, list[str]]:
@@ -70,5 +75,6 @@ def pull_reporter(instance_id: str, report: Callable[..., None]) -> Callable[["P
 
 
 def template_fields(task: "Task") -> dict[str, Any]:
-    """What ``--image-template`` may name for ``task``: its fields and ``instance_id_docker``."""
-    return {**task.model_dump(), "instance_id_docker": instance_id_docker(task.instance_id)}
+    """What ``--image-template`` may name for ``task``: the fields its line has (not the defaults
+    filled in for the others) and ``instance_id_docker``."""
+    return {**task.model_dump(exclude_unset=True), "instance_id_docker": instance_id_docker(task.instance_id)}

@@ -72,6 +72,13 @@ class Task(BaseModel):
                              "no leading '.')")
         return value
 
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        from swe_sandbox.environments.image_ref import check_reference
+
+        return None if value is None else check_reference(value)
+
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
     def _test_list(cls, value: Any) -> Any:

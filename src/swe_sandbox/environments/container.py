@@ -78,7 +78,7 @@ from swe_sandbox.environments.engine import (
     process_start_id,
 )
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
-from swe_sandbox.environments.image_ref import is_loopback, parse_image
+from swe_sandbox.environments.image_ref import built_here, check_reference, is_loopback, parse_image
 from swe_sandbox.environments.pull_errors import pull_error
 from swe_sandbox.environments.pulling import PullRequest, pull
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
@@ -154,6 +154,8 @@ def _launcher() -> str:
 
 
 LAUNCHER = _launcher()
+#: The longest ``pull_timeout`` accepted: 30 days, in seconds.
+PULL_TIMEOUT_MAX_S = 30 * 86400.0
 #: Reads the memory cgroup's OOM-kill counter (cgroup v2, then v1) from inside the container.
 OOM_PROBE = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup/memory/memory.oom_control "
              "2>/dev/null || true")
@@ -163,13 +165,15 @@ class ContainerConfig(EnvironmentConfig):
     """Config shared by the ``docker`` and ``podman`` backends."""
 
     image: str = "swe-sandbox/base"
-    """Image to run; ``swe-sandbox image build`` builds the default (and ``swe-sandbox/nopython``)."""
+    """Image to run; ``swe-sandbox image build`` builds the default (and ``swe-sandbox/nopython``).
+    Images named ``swe-sandbox/...`` or ``swe-sandbox-suite/...`` without a registry are built
+    here and never pulled, whatever ``image_pull`` says (``image_ref.BUILT_IMAGES``)."""
     image_pull: Literal["missing", "always", "never"] = "missing"
     """When the image is pulled from its registry (through the engine's SDK, with the engine's own
     credentials): ``missing`` (default) when the engine does not have it; ``always`` before every
     container (a cheap manifest check when nothing changed); ``never``: a missing image is an
     ``ImagePullError``. Sandboxes of one process that need the same image share one pull."""
-    pull_timeout: float = Field(1800.0, gt=0)
+    pull_timeout: float = Field(1800.0, gt=0, le=PULL_TIMEOUT_MAX_S)
     """Seconds a pull may take (default 1800, for images of several GB); then it is stopped and the
     sandbox fails with ``ImagePullError`` (reason ``timeout``)."""
     insecure_registries: list[str] = Field(default_factory=list)
@@ -239,6 +243,11 @@ class ContainerConfig(EnvironmentConfig):
     """Identifier put in the container's name and labels; empty: a random one."""
     create_args: dict[str, Any] = Field(default_factory=dict)
     """Extra keyword arguments for the SDK's ``containers.create`` (engine-specific, unchecked)."""
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str) -> str:
+        return check_reference(value)
 
     @field_validator("user", mode="before")
     @classmethod
@@ -379,6 +388,11 @@ class ContainerEnvironment(Environment):
                            insecure=is_loopback(registry) or registry in cfg.insecure_registries,
                            timeout=cfg.pull_timeout)
 
+    @property
+    def pull_policy(self) -> str:
+        """``image_pull``, except ``never`` for images built here (``image_ref.built_here``)."""
+        return "never" if built_here(self.config.image) else self.config.image_pull
+
     def pull_image(self) -> None:
         """Get ``image`` into the engine as ``image_pull`` says, creating nothing (``swe-sandbox
         image pull``): ``missing`` pulls it when absent, ``always`` pulls it, ``never`` only checks.
@@ -386,7 +400,7 @@ class ContainerEnvironment(Environment):
         Raises:
             ImagePullError: the pull failed, or (``never``) the image is absent.
         """
-        policy, image = self.config.image_pull, self.config.image
+        policy, image = self.pull_policy, self.config.image
         if policy == "never":
             if not self.engine.has_image(image):
                 raise pull_error(self.engine.name, image, "never")
@@ -395,7 +409,7 @@ class ContainerEnvironment(Environment):
 
     def _create(self) -> str:
         """Create the container, pulling its image first as ``image_pull`` says."""
-        spec, policy = self.container_spec(), self.config.image_pull
+        spec, policy = self.container_spec(), self.pull_policy
         if policy == "always":
             pull(self.pull_request())
         try:

@@ -9,11 +9,27 @@ after the last ``/``; a digest follows ``@``; neither means ``latest``.
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 
 #: The registry of an image whose name has no registry part (Docker's default).
 DEFAULT_REGISTRY = "docker.io"
 DEFAULT_TAG = "latest"
+#: Name prefixes of the images this project builds itself, and how each is built. Named without a
+#: registry they are never pulled: an image of that name in a registry (Docker Hub's, say) is
+#: somebody else's.
+BUILT_IMAGES = {"swe-sandbox/": "`swe-sandbox image build`",
+                "swe-sandbox-suite/": "`python examples/tasks/build.py` (run by scripts/setup.sh)"}
+
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN = (r"(?:(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])(?:\.(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*"
+           r"[a-zA-Z0-9]))*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?")
+#: Docker's reference grammar (github.com/distribution/reference, ``reference.go``):
+#: ``[domain/]component[/component]*[:tag][@algorithm:hex]``.
+REFERENCE_RE = re.compile(rf"(?:{_DOMAIN}/)?{_COMPONENT}(?:/{_COMPONENT})*(?::[\w][\w.-]{{0,127}})?"
+                          r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?")
+#: The longest name (registry and repository) the grammar allows.
+NAME_MAX = 255
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,30 @@ class ImageRef:
     def qualified(self) -> str:
         """The full reference with its tag (or digest): what a pull asks for."""
         return f"{self.name}@{self.digest}" if self.digest else f"{self.name}:{self.tag}"
+
+
+def check_reference(image: str) -> str:
+    """``image`` when it is a valid reference (see ``REFERENCE_RE``), else ``ValueError`` saying why.
+
+    Raises:
+        ValueError: not a reference an engine pulls or runs (upper case in the repository, spaces,
+            a leading ``-``, a transport prefix such as ``docker://``, a name over 255 characters...).
+    """
+    if not REFERENCE_RE.fullmatch(image):
+        raise ValueError(f"{image[:300]!r} is not a valid image reference ([registry/]name[:tag][@digest], "
+                         "lower-case name)")
+    if len(parse_image(image).name) > NAME_MAX:
+        raise ValueError(f"image name longer than {NAME_MAX} characters: {image[:80]!r}...")
+    return image
+
+
+def built_here(image: str) -> str | None:
+    """How ``image`` is built when it is one this project builds (``BUILT_IMAGES``, no registry
+    named: never pulled), else None."""
+    ref = parse_image(image)
+    if ref.explicit_registry:
+        return None
+    return next((how for prefix, how in BUILT_IMAGES.items() if ref.repository.startswith(prefix)), None)
 
 
 def parse_image(image: str) -> ImageRef:

@@ -14,7 +14,7 @@ Podman (containers/image) use, checked on this host against Debian's ``docker-re
 
 from __future__ import annotations
 
-from swe_sandbox.environments.image_ref import parse_image
+from swe_sandbox.environments.image_ref import built_here, is_loopback, parse_image
 from swe_sandbox.errors import ImagePullError
 
 #: reason -> phrases (lower case) of the engines' messages that mean it; the first reason that
@@ -28,8 +28,6 @@ CAUSES: dict[str, tuple[str, ...]] = {
                     "i/o timeout", "connection reset", "tls handshake timeout", "server misbehaving",
                     "pinging container registry", "dial tcp", "server gave http response to https"),
 }
-#: Images of this namespace are built (``swe-sandbox image build``), never in a registry.
-OWN_NAMESPACE = "swe-sandbox/"
 
 
 def classify(text: str) -> str:
@@ -44,18 +42,21 @@ def classify(text: str) -> str:
 def pull_error(engine: str, image: str, reason: str, detail: str = "", *, timeout: float = 0.0) -> ImagePullError:
     """The error for a failed pull of ``image`` on ``engine`` (``detail``: the engine's words)."""
     registry = parse_image(image).registry
+    login = f"{engine} login{' --tls-verify=false' if engine == 'podman' and is_loopback(registry) else ''}"
     cause = {
         "not_found": f"{image} was not found in the registry {registry}",
         "unauthorized": f"the registry {registry} refused to serve {image} (unauthorized): log the engine in "
-                        f"(`{engine} login {registry}`; the pull uses the engine's own credentials)",
+                        f"(`{login} {registry}`; the pull uses the engine's own credentials)",
         "unreachable": f"the registry {registry} is unreachable, so {image} cannot be pulled",
         "timeout": f"the pull of {image} from {registry} did not finish within environment.pull_timeout "
                    f"= {timeout:g} s, and was stopped",
+        "interrupted": f"the pull of {image} from {registry} was interrupted",
         "never": f"{image} is not in {engine}'s images and environment.image_pull is never (pull it with "
-                 f"`swe-sandbox image pull {image}`, or set image_pull: missing)",
+                 f"`swe-sandbox image pull --env {engine} {image}`, or set image_pull: missing)",
     }.get(reason, f"cannot pull {image} from {registry}")
-    if image.startswith(OWN_NAMESPACE):
-        cause += "; swe-sandbox's own images are built, not pulled: `swe-sandbox image build`"
+    how = built_here(image)
+    if how is not None:
+        cause = f"{image} is not in {engine}'s images; it is built here, never pulled: {how}"
     message = f"{engine}: {cause}" + (f" ({' '.join(detail.split())[:500]})" if detail else "")
     return ImagePullError(message, image=image, reason=reason)
 

@@ -9,7 +9,8 @@ per-image lock, so an image that arrived meanwhile is not pulled again.
 Each pull runs in a child process (``pull_child``) through the engine's SDK; its events update a
 ``PullProgress`` that every waiter's listener sees. A pull that outlives ``pull_timeout`` is
 stopped (the child is killed, which makes the engine cancel it) and fails with reason
-``timeout``; one that nobody waits for any more (Ctrl-C) is stopped too.
+``timeout``; one that nobody waits for any more is stopped too, and ``stop_all`` (a batch's or
+``image pull``'s Ctrl-C) stops every pull under way, failing its waiters with reason ``interrupted``.
 
 Listeners are per caller and ambient: ``report_pulls(listener)`` sets one for the code it wraps
 (the command line's display, a batch instance's line); ``pull`` reads it in the caller's thread.
@@ -81,7 +82,7 @@ class PullJob:
         self.done = threading.Event()
         self.lock = threading.Lock()
         self.listeners: list[PullListener | None] = []
-        self.timed_out = False
+        self.timed_out = self.interrupted = False
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
@@ -118,7 +119,9 @@ class PullJob:
     def _finish(self, returncode: int, stderr: str) -> None:
         self.timer.cancel()
         req, progress = self.request, self.progress
-        if self.timed_out:
+        if self.interrupted:
+            self.error = pull_error(req.backend, req.image, "interrupted")
+        elif self.timed_out:
             self.error = pull_error(req.backend, req.image, "timeout", timeout=req.timeout)
         elif progress.error or returncode != 0:
             last = stderr.strip().splitlines()[-1:] or [f"the pull stopped (exit status {returncode})"]
@@ -138,10 +141,14 @@ class PullJob:
         self.timed_out = True
         self.stop()
 
-    def stop(self) -> None:
-        """Kill the child (the engine cancels the pull when its connection closes) and reap it."""
+    def kill(self) -> None:
+        """Kill the child: the engine cancels the pull when its connection closes."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
+
+    def stop(self) -> None:
+        """``kill``, then wait (up to 10 s) for the outcome to be recorded."""
+        self.kill()
         self.done.wait(10)
 
     def wait(self, listener: PullListener | None, timeout: float) -> None:
@@ -198,6 +205,18 @@ def pull(request: PullRequest, present: Callable[[], bool] | None = None) -> Non
             job = _JOBS[key] = PullJob(request, on_end=lambda: _forget(key))
             job.start()
     job.wait(_LISTENER.get(), request.timeout)
+
+
+def stop_all() -> None:
+    """Stop every pull under way in this process (Ctrl-C): each child is killed (the engine cancels
+    its pull) and its waiters fail with ``ImagePullError`` reason ``interrupted``. Thread-safe."""
+    with _REGISTRY_LOCK:
+        jobs = list(_JOBS.values())
+    for job in jobs:
+        job.interrupted = True
+        job.kill()
+    for job in jobs:
+        job.done.wait(10)
 
 
 def _forget(key: tuple[str, str, str]) -> None:
