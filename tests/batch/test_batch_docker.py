@@ -28,15 +28,20 @@ def own_containers(marker: str) -> list[str]:
     return done.stdout.split()
 
 
-def test_unknown_image_is_named_with_its_line_when_pulls_are_off(calc_repo, tmp_path):
+@pytest.mark.parametrize("image, pulls, says", [
+    ("example.invalid/no-such-image", "never", "is not in docker's images and environment.image_pull is never"),
+    ("swe-sandbox/no-such-image", "missing", "is not in docker's images; it is built here, never pulled"),
+])
+def test_an_image_that_will_not_be_pulled_is_named_with_its_line(image, pulls, says, calc_repo, tmp_path):
+    """Missing and never pulled (``image_pull: never``, or an image this project builds): refused
+    before anything runs, the task's line and field named."""
     tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("ok", calc_repo, image="swe-sandbox/base"),
-                                                   calc_task("bad", calc_repo, image_name="swe-sandbox/no-such-image")])
-    argv = [*batch_argv(tasks, tmp_path / "out"), "-c", "environment.image_pull=never"]
+                                                   calc_task("bad", calc_repo, image_name=image)])
+    argv = [*batch_argv(tasks, tmp_path / "out"), "-c", f"environment.image_pull={pulls}"]
     argv[argv.index("bwrap")] = "docker"
     done = run(argv, timeout=60)
     assert done.returncode == 2, done.stderr
-    assert ("(line 2): image: docker: swe-sandbox/no-such-image is not in docker's images and "
-            "environment.image_pull is never") in done.stderr
+    assert f"(line 2): image: docker: {image} {says}" in done.stderr
     assert not (tmp_path / "out").exists()
 
 

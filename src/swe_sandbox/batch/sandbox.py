@@ -101,17 +101,19 @@ def _copy_workspace(environment: "Environment", task: "Task") -> None:
 
 
 def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
-    """On docker/podman, check before anything runs that the engine answers and, with
-    ``image_pull: never``, that every task's image is there (otherwise missing images are pulled
-    as the batch reaches them; ``swe-sandbox image pull`` pulls them ahead).
+    """On docker/podman, check before anything runs that the engine answers and that every image
+    that cannot be pulled is there: all of them with ``image_pull: never``, else those built here
+    (``image_ref.built_here``); missing images are pulled as the batch reaches them
+    (``swe-sandbox image pull`` pulls them ahead).
 
     Raises:
-        TaskFileError: with ``never``, an image the engine does not have (the message names the
+        TaskFileError: an image the engine does not have and will not pull (the message names the
             task's line and the ``image`` field).
         BackendUnavailable: the engine cannot be reached.
     """
     from swe_sandbox.batch.tasks import TaskFileError
     from swe_sandbox.environments import environment_class
+    from swe_sandbox.environments.image_ref import built_here
     from swe_sandbox.environments.pull_errors import pull_error
     from swe_sandbox.errors import BackendUnavailable
 
@@ -122,12 +124,13 @@ def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
     reason = cls.unavailable_reason(url=env_config.get("url", ""))
     if reason:
         raise BackendUnavailable(f"{backend}: {reason}")
-    if env_config.get("image_pull") != "never":
-        return
+    pulls = env_config.get("image_pull") != "never"
     engine = cls.engine_class(env_config.get("url", ""))
     present: dict[str, bool] = {}
     for task in tasks:
         image = task.image or str(env_config.get("image") or cls.config_class.model_fields["image"].default)
+        if pulls and not built_here(image):  # pulled as the batch reaches it
+            continue
         if image not in present:
             present[image] = engine.has_image(image)
         if not present[image]:
