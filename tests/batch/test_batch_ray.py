@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 from batch_fixtures import (FIX, MARKER, SUBMIT, bwrap_ok, calc_repo, calc_task, docker_ok, fix_patch,  # noqa: F401
                             run_config, wait_for, write_tasks)
-from ray_fixtures import LocalCluster, ray_cluster  # noqa: F401 - fixture
+from ray_fixtures import LocalCluster, ray_cluster, require_ray  # noqa: F401 - fixture
 from suite_fixtures import replay_args, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch.ray_settings import LABEL_RAY_NODE
@@ -108,6 +109,13 @@ def test_suite_on_ray_writes_what_the_thread_pool_writes(backend, suite, ray_clu
     if peak is not None:  # checked from the engine: never more than a node's 2 slots at once there
         assert set(peak) == nodes and max(peak.values()) == 2, (peak, sampler.samples)
         assert wait_for(lambda: not containers(label), 30), containers(label)
+    else:  # `eval --ray` of the same predictions grades them as the batch did
+        evaluated = cli(ray_cluster, "eval", str(tmp_path / "pool" / "preds.json"), "--tasks",
+                        *suite_args(suite, backend, label), "-o", str(tmp_path / "eval"), f"--ray={ray_cluster.address}")
+        assert evaluated.returncode == 0, evaluated.stdout + evaluated.stderr
+        report, expected = read(tmp_path / "eval" / "report.json"), read(tmp_path / "pool" / "report.json")
+        for key in ("resolved_ids", "unresolved_ids", "empty_patch_ids", "error_ids"):
+            assert report[key] == expected[key], key
 
 
 def calc_argv(tasks: Path, out: Path, cluster: LocalCluster, backend: str, label: str,
@@ -224,3 +232,35 @@ def test_live_progress_shows_each_instance_node_and_slots_in_use():
     text = console.export_text()
     assert "3f2a9c1e a" in text and "81b0d4aa c" in text
     assert "slots in use: 3f2a9c1e 2 · 81b0d4aa 1" in text
+
+
+def test_cluster_addresses_are_checked_before_ray_is_joined(tmp_path, monkeypatch):
+    """A wrong ``--ray`` address is a clear error at once (Ray's own connect retries for minutes):
+    nothing listening is exit 3, a malformed address exit 2; ``auto`` reads ``RAY_ADDRESS``."""
+    require_ray()
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        nobody = f"127.0.0.1:{closed.getsockname()[1]}"  # bound, not listening: refused
+        tasks = write_tasks(tmp_path / "t.jsonl", [{"instance_id": "a", "problem_statement": "-"}])
+        base = [sys.executable, "-m", "swe_sandbox", "batch", str(tasks), "--env", "bwrap",
+                "-c", "model.model_class=deterministic", "-c", 'model.outputs=["true"]']
+        for address, status, says in [(nobody, 3, f"no cluster answers at {nobody}"),
+                                      ("ray://127.0.0.1:10001", 2, "is not a cluster address"),
+                                      ("auto", 3, f"no cluster answers at {nobody}")]:
+            done = subprocess.run([*base, "-o", str(tmp_path / address.replace("/", "_")), f"--ray={address}"],
+                                  capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                                  env={**os.environ, "RAY_ADDRESS": nobody})
+            assert done.returncode == status and says in done.stderr, (address, done.stderr)
+
+
+def test_scratch_of_workers_that_are_gone_is_swept(tmp_path):
+    from swe_sandbox.batch.ray_worker import SCRATCH_PREFIX, sweep_scratch
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    mine, gone = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-a", tmp_path / f"{SCRATCH_PREFIX}{dead.pid}-b"
+    for path in (mine, gone):
+        path.mkdir()
+        (path / "trajectory.json").write_text("{}")
+    sweep_scratch(str(tmp_path))
+    assert mine.is_dir() and not gone.exists()

@@ -8,6 +8,7 @@ agent's result stands, the evaluation runs again). No Ray import: the executor c
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from swe_sandbox.batch.ray_settings import NODE_LOST, RemoteCall, short_node
@@ -30,13 +31,17 @@ def remote_call(run: "BatchRun", job: "Job") -> RemoteCall:
 
 def lost_result(run: "BatchRun", job: "Job", exit_status: str, error: str, where: dict[str, str]) -> RolloutResult:
     """The result of ``job``'s Ray task, lost with its worker or node (``exit_status``: Ray's
-    exception, e.g. ``NodeDiedError``; ``where``: the node it last reported from, if it did)."""
+    exception, e.g. ``NodeDiedError``; ``where``: what it last reported, if it did: its node, when
+    it started, its step and cost so far, which the record keeps)."""
     from swe_sandbox.batch.evaluation import infra_failed
 
     kind = "evaluation" if job.evaluate_only else "rollout"
     error = NODE_LOST.format(kind=kind, node=short_node(where.get("ray_node", "")) or "?", error=error)
+    started = float(where.get("started_at") or 0.0)
     fields = {"instance_id": job.instance_id, "backend": str(run.env_config.get("backend", "")),
-              "node": where.get("node", ""), "ray_node": where.get("ray_node", ""), "error": error}
+              "node": where.get("node", ""), "ray_node": where.get("ray_node", ""), "error": error,
+              "started_at": started, "duration_s": round(time.time() - started, 3) if started else 0.0,
+              "steps": int(where.get("step") or 0), "cost": float(where.get("cost") or 0.0)}
     if not job.evaluate_only:
         return RolloutResult(exit_status=exit_status, done=False, **fields)
     previous, patch = run.final[job.instance_id], run.kept_patch(job.instance_id)

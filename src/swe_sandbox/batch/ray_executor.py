@@ -18,15 +18,18 @@ Imported only when asked for: it imports Ray.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import os
+import socket
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import ray
 
-from swe_sandbox.batch.ray_settings import (LOCAL, NO_SLOTS, RESOURCE, STOP_BUDGET, STOP_CANCEL, RayOptions,
-                                            RemoteCall)
+from swe_sandbox.batch.ray_settings import (CONNECT_CHECK_S, CURRENT_CLUSTER_FILE, LOCAL, NO_SLOTS, RESOURCE,
+                                            STOP_BUDGET, STOP_CANCEL, RayOptions, RemoteCall)
 from swe_sandbox.batch.ray_worker import BatchControl, execute
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,7 +46,9 @@ def connect(options: RayOptions) -> bool:
     is); returns whether it connected here (then ``shutdown`` disconnects, and stops a local Ray).
 
     Raises:
-        BackendUnavailable: no node offers the ``swe_sandbox`` resource.
+        BackendUnavailable: no cluster answers at the address, or no node offers the
+            ``swe_sandbox`` resource.
+        ConfigError: the address is not ``auto``, ``local`` or ``host:port``.
     """
     from swe_sandbox.errors import BackendUnavailable
 
@@ -53,12 +58,57 @@ def connect(options: RayOptions) -> bool:
                  object_store_memory=options.object_store_mib * 2**20, log_to_driver=False,
                  configure_logging=False)
     elif here:
-        ray.init(address=options.address, log_to_driver=False, configure_logging=False)
+        address = reachable(cluster_address(options.address))
+        try:
+            ray.init(address=address, log_to_driver=False, configure_logging=False)
+        except (ConnectionError, RuntimeError) as exc:
+            raise BackendUnavailable(f"Ray: cannot join the cluster at {address}: {_first_line(exc)}") from None
     if not ray.cluster_resources().get(RESOURCE):
         if here:
             ray.shutdown()
         raise BackendUnavailable(NO_SLOTS.format(resource=RESOURCE))
     return here
+
+
+def cluster_address(address: str) -> str:
+    """``host:port`` of the cluster ``address`` names (``auto``: ``RAY_ADDRESS``, else the one
+    ``ray start --head`` started here, ``CURRENT_CLUSTER_FILE``).
+
+    Raises:
+        ConfigError: not ``auto`` nor ``host:port`` (``ray://`` needs Ray Client, not used here).
+        BackendUnavailable: ``auto`` and no cluster is known on this machine.
+    """
+    from swe_sandbox.errors import BackendUnavailable, ConfigError
+
+    if address == "auto":
+        known = os.environ.get("RAY_ADDRESS", "").strip()
+        if not known and os.path.isfile(CURRENT_CLUSTER_FILE):
+            known = Path(CURRENT_CLUSTER_FILE).read_text().strip()
+        if not known or known == "auto":
+            raise BackendUnavailable("Ray: --ray auto found no running cluster here (no RAY_ADDRESS, no "
+                                     f"{CURRENT_CLUSTER_FILE}): start one with ray start --head, or give its address")
+        address = known
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or "/" in address:
+        raise ConfigError(f"--ray: {address!r} is not a cluster address: auto, or host:port of the head node "
+                          "(its GCS, 6379 by default)")
+    return address
+
+
+def reachable(address: str) -> str:
+    """``address`` once its port accepts a connection within ``CONNECT_CHECK_S`` seconds.
+
+    Raises:
+        BackendUnavailable: nothing answers there (``ray.init`` would retry for minutes).
+    """
+    from swe_sandbox.errors import BackendUnavailable
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S).close()
+    except OSError as exc:
+        raise BackendUnavailable(f"Ray: no cluster answers at {address} ({exc}); is its head node started?") from None
+    return address
 
 
 class RayExecutor:

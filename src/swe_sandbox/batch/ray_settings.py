@@ -35,14 +35,21 @@ NOT_INSTALLED = ("--ray needs Ray on this machine and on every node: pip install
 NO_SLOTS = ("no Ray node offers the {resource!r} resource: start each node that has an engine with "
             "ray start ... --resources '{{\"{resource}\": N}}' (N sandboxes at once there)")
 NODE_LOST = "{kind} on node {node}: {error}"
+#: Where ``ray start --head`` leaves the address of the cluster it started (what ``auto`` reads,
+#: after ``RAY_ADDRESS``; Ray's own lookup, ``ray._private.services``).
+CURRENT_CLUSTER_FILE = "/tmp/ray/ray_current_cluster"
+#: Seconds to wait for the cluster's GCS port to accept a connection before ``ray.init`` (which
+#: would retry for minutes, deaf to Ctrl-C).
+CONNECT_CHECK_S = 5.0
 
 
 class RayOptions(BaseModel):
     """How the batch reaches Ray and talks to its workers.
 
     Attributes:
-        address: ``auto``, ``ray://host:10001``, ``host:6379`` (a running cluster), or ``local``:
-            start a local Ray for this run, stopped at its end.
+        address: ``auto`` (``RAY_ADDRESS``, else the cluster ``ray start --head`` started on this
+            machine), ``host:port`` of a running cluster's head (its GCS, 6379 by default), or
+            ``local``: start a local Ray for this run, stopped at its end.
         local_slots: ``swe_sandbox`` slots of the local Ray (``address == "local"``; the CLI's ``-w``).
         heartbeat_s: seconds between a running task's reports to the driver (progress, cost so far;
             it also learns then whether to stop). Stops arrive within this delay.

@@ -13,9 +13,12 @@ Imported only by the Ray executor (it imports Ray).
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,10 @@ from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.ray_settings import (GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL,
                                             RemoteCall)
 from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
+
+#: Name prefix of a rollout's scratch directory on a worker (its trajectory until it returns),
+#: followed by the worker's pid (``sweep_scratch``).
+SCRATCH_PREFIX = "swe-sandbox-ray-"
 
 
 class BatchControl:
@@ -130,7 +137,8 @@ def execute(call: RemoteCall, control: Any) -> Any:
     """Run ``call`` here (the body of every Ray task of a batch); returns its result as a value."""
     where = node_fields()
     env = labelled(call.env_config, call.batch_run, where["ray_node"])
-    with Heartbeat(control, call.instance_id, where, call.heartbeat_s, call.cost_limit) as beat:
+    reported = {**where, "started_at": time.time()}  # a lost task's record still says when it started
+    with Heartbeat(control, call.instance_id, reported, call.heartbeat_s, call.cost_limit) as beat:
         if beat.answer != GO and call.kind != "evaluate":  # queued before the stop: it does not start
             return _not_started(call, where)
         if call.kind == "evaluate":
@@ -158,7 +166,8 @@ def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
     """``rollout``, its trajectory saved to a temporary file here and returned as text."""
     from swe_sandbox.batch.rollouts import rollout
 
-    with tempfile.TemporaryDirectory(prefix="swe-sandbox-ray-") as scratch:
+    sweep_scratch()
+    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         path = Path(scratch) / "trajectory.json"
         result = rollout(call.task, call.run_config, env, call.evaluate, trajectory_path=path, cancel=beat.cancel,
                          budget=beat.budget, progress=beat.progress, eval_timeout=call.eval_timeout)
@@ -167,7 +176,17 @@ def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
     return result
 
 
-def _evaluation(call: RemoteCall, env: dict[str, Any], where: dict[str, str]) -> Any:
-    from swe_sandbox.batch.eval_run import EvalAttempt, evaluate_one
+def sweep_scratch(root: str | None = None) -> None:
+    """Remove the scratch directories (``SCRATCH_PREFIX<pid>-...``) of worker processes that are
+    gone: a task killed with its worker or node (a lost node, a SIGKILLed driver) leaves its own
+    behind, with the conversation in it."""
+    for path in Path(root or tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*-*"):
+        pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(path, ignore_errors=True)
 
-    return EvalAttempt(*evaluate_one(call.task, call.patch, env, call.eval_timeout), **where)
+
+def _evaluation(call: RemoteCall, env: dict[str, Any], where: dict[str, str]) -> Any:
+    from swe_sandbox.batch.eval_run import evaluate_one
+
+    return evaluate_one(call.task, call.patch, env, call.eval_timeout)._replace(**where)
