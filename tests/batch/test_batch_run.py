@@ -85,6 +85,7 @@ def test_cancel_stops_at_once_and_records_nothing(calc_repo, tmp_path):
 
 def test_an_evaluation_without_verdict_keeps_the_agent_and_is_evaluated_again(calc_repo, tmp_path, monkeypatch):
     from swe_sandbox.batch import evaluation
+    from swe_sandbox.batch.progress import Tally
 
     real, calls = evaluation.evaluate, []
 
@@ -103,7 +104,10 @@ def test_an_evaluation_without_verdict_keeps_the_agent_and_is_evaluated_again(ca
     assert (first.exit_status, first.done, first.eval_pending, first.api_calls) == ("Submitted", True, True, 2)
     assert json.loads((out / "report.json").read_text())["error_ids"] == ["e"]
     # resumed: only the evaluation runs (a model with no reply left would fail if the agent ran)
-    run_batch(tasks, out, run_config=run_config([]), env_config="bwrap", evaluate=True, max_attempts=2)
+    tally = Tally()
+    run_batch(tasks, out, run_config=run_config([]), env_config="bwrap", evaluate=True, max_attempts=2,
+              progress=tally)
+    assert (tally.done, tally.total, tally.resolved, tally.statuses["Submitted"]) == (1, 1, 1, 1)  # not done twice
     again = ResultsLog(out / "results.jsonl").read()[-1]
     assert (again.eval_only, again.eval_status, again.api_calls, again.exit_status) == (True, "resolved", 0, "Submitted")
     assert calls[0] == calls[1] and json.loads((out / "preds.json").read_text())["e"]["model_patch"] == calls[0]

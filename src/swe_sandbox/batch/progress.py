@@ -60,6 +60,10 @@ class Tally(BatchProgress):
                 self._count(record)
 
     def _count(self, record: "AttemptRecord") -> None:
+        if record.eval_only:  # the evaluation of an instance already counted done: only its verdict
+            self.resolved += bool(record.resolved)
+            self.evaluated += record.eval_status is not None
+            return
         if record.done:
             self.done += 1
             self.resolved += bool(record.resolved)
