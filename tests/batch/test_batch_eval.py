@@ -5,13 +5,16 @@ a patch that does not apply, an empty patch, an eval timeout (the task's own); t
 from __future__ import annotations
 
 import json
+import secrets
 import subprocess
 import sys
 
 import pytest
-from batch_fixtures import bwrap_ok, calc_repo, calc_task, fix_patch, write_tasks  # noqa: F401 - fixtures
+from batch_fixtures import bwrap_ok, calc_repo, calc_task, fix_patch, wait_for, write_tasks  # noqa: F401 - fixtures
+from helpers.interrupts import interrupt_when
 
 from swe_sandbox.batch import load_predictions, load_tasks, run_eval
+from swe_sandbox.batch.records import ResultsLog
 
 pytestmark = pytest.mark.bwrap
 WRONG = "def add(a, b):\n    return a * b\n"
@@ -90,3 +93,25 @@ def test_rerun_resumes_and_cli_rejects_bad_predictions(evaluated, tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and f"{bad} line 2: not valid JSON" in done.stderr, done.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_ctrl_c_stops_the_evaluations_under_way(bwrap_ok, calc_repo, fix_patch, tmp_path):
+    """Ctrl-C while two evaluations run a 120 s ``eval_command``: their sandboxes are closed at once,
+    ``eval`` exits 130 within seconds, nothing is recorded (they run again on resume)."""
+    marker = f"{120 + secrets.randbelow(10**6) / 10**7:.7f}"  # `sleep <marker>`: found on the host
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task(f"c{n}", calc_repo, eval_command=f"sleep {marker}")
+                                                    for n in range(2)])
+    preds = tmp_path / "preds.json"
+    preds.write_text(json.dumps({f"c{n}": {"model_name_or_path": "m", "instance_id": f"c{n}", "model_patch": fix_patch}
+                                 for n in range(2)}))
+
+    def sleeping() -> list[str]:
+        found = subprocess.run(["pgrep", "-f", f"sleep {marker}"], capture_output=True, text=True)
+        return found.stdout.split()
+
+    done = interrupt_when(["eval", str(preds), "--tasks", str(tasks), "-o", str(tmp_path / "out"), "--env", "bwrap",
+                           "-w", "2"], lambda: len(sleeping()) == 2)
+    assert done.returncode == 130, done.stderr
+    assert done.exit_s < 10, done
+    assert wait_for(lambda: not sleeping(), 10), sleeping()
+    assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []

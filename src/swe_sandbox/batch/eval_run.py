@@ -18,8 +18,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
+from swe_sandbox.batch.control import Cancellation
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult, evaluate, infra_failed, write_eval_files
 from swe_sandbox.batch.tasks import TaskFileError
+from swe_sandbox.environments.pulling import stop_all as stop_pulls
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
@@ -53,18 +55,22 @@ def match_predictions(predictions: list[dict[str, Any]], tasks: list["Task"]) ->
 def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir: str | Path, *,
              env_config: str | dict[str, Any] = "bwrap", workers: int = 1, max_attempts: int = 3,
              redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
-             executor: Literal["threads", "ray"] = "threads", ray_address: str = "local") -> dict[str, Any]:
+             executor: Literal["threads", "ray"] = "threads", ray_address: str = "local",
+             cancel: "Cancellation | None" = None) -> dict[str, Any]:
     """Evaluate ``predictions`` (from ``load_predictions``) of ``tasks``; write ``output_dir``.
 
     ``workers`` at once on this machine, or (``executor="ray"``) one Ray task per evaluation on a
-    cluster (``ray_address``: ``auto``, an address, or ``local``; see ``run_batch``).
+    cluster (``ray_address``: ``auto``, an address, or ``local``; see ``run_batch``). Ctrl-C (or
+    ``cancel``, from another thread) closes the running evaluations' sandboxes at once and stops
+    the image pulls under way; what they were doing is not recorded (it runs again on resume).
 
     Returns:
         dict: the run report (``report.json``'s content).
 
     Raises:
         TaskFileError: a prediction for an unknown instance (nothing is written).
-        KeyboardInterrupt: after the evaluations under way were awaited (their sandboxes end with them).
+        KeyboardInterrupt: Ctrl-C or ``cancel``: the evaluations under way were stopped (their
+            sandboxes closed), not awaited; the finished ones are written.
     """
     from swe_sandbox.agent.trajectory import atomic_write_text, to_json
     from swe_sandbox.batch.grading import run_report
@@ -82,39 +88,51 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
     generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
     state = rec.ResumeState(existing, generation)
     todo = [i for i in by_id if state.should_run(i, max_attempts)]
-    pool = _pool(ray, workers)
-    start = partial(_start, pool, ray is not None, env, eval_timeout)
+    cancel = cancel or Cancellation()
+    pool = _pool(ray, workers, cancel)
+    start = partial(_start, pool, ray is not None, env, eval_timeout, cancel)
+    wait = True
     try:
         running = {start(by_id[i], preds[i]["model_patch"]): i for i in todo}
-        while running:
+        while running and not cancel.cancelled:
             finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
             for future in finished:
                 instance_id = running.pop(future)
-                _commit(future.result(), directory, log, state, generation, str(env.get("backend", "")))
+                attempt = future.result()
+                if cancel.cancelled or attempt is None:
+                    break  # an evaluation the cancel cut short: not an attempt
+                _commit(attempt, directory, log, state, generation, str(env.get("backend", "")))
                 if state.should_run(instance_id, max_attempts):  # an infrastructure failure: again
                     running[start(by_id[instance_id], preds[instance_id]["model_patch"])] = instance_id
+        if cancel.cancelled:
+            raise KeyboardInterrupt("evaluation cancelled")
+    except KeyboardInterrupt:
+        wait = False  # the cancelled evaluations end on their own, unrecorded
+        cancel.cancel()
+        stop_pulls()
+        raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=wait, cancel_futures=True)
     outcomes = {i: r.eval_status for i, r in state.final.items() if r.done and r.eval_status}
     report = run_report([t.instance_id for t in tasks], preds, outcomes)
     atomic_write_text(directory / rec.REPORT_FILE, to_json(report, indent=2) + "\n")
     return report
 
 
-def _pool(ray: Any, workers: int) -> Any:
+def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:
     if ray is None:
         return cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval")
-    from swe_sandbox.batch.control import Cancellation, CostBudget
+    from swe_sandbox.batch.control import CostBudget
     from swe_sandbox.batch.progress import BatchProgress
     from swe_sandbox.batch.ray_executor import RayExecutor
 
-    return RayExecutor(ray, CostBudget(), Cancellation(), BatchProgress())
+    return RayExecutor(ray, CostBudget(), cancel, BatchProgress())
 
 
-def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, task: "Task",
+def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, cancel: Cancellation, task: "Task",
            patch: str | None) -> cf.Future:
     if not on_ray:
-        return pool.submit(evaluate_one, task, patch, env, timeout)
+        return pool.submit(_evaluate_cancellable, task, patch, env, timeout, cancel)
     from swe_sandbox.batch.ray_settings import RemoteCall
 
     call = RemoteCall(kind="evaluate", task=task, patch=patch, env_config=env, eval_timeout=timeout)
@@ -127,10 +145,25 @@ def _lost(task: "Task", patch: str | None, exit_status: str, error: str, where: 
     return EvalAttempt(result, time.time(), where.get("node", ""), where.get("ray_node", ""))
 
 
-def evaluate_one(task: "Task", patch: str | None, env: dict[str, Any], timeout: float) -> EvalAttempt:
-    """``evaluate`` with when it started: one unit of work of ``run_eval``."""
+def evaluate_one(task: "Task", patch: str | None, env: dict[str, Any], timeout: float,
+                 cancel: Cancellation | None = None) -> EvalAttempt:
+    """``evaluate`` with when it started: one unit of work of ``run_eval``.
+
+    Raises:
+        KeyboardInterrupt: ``cancel`` was cancelled.
+    """
     started = time.time()
-    return EvalAttempt(evaluate(task, patch, env, timeout=timeout), started)
+    return EvalAttempt(evaluate(task, patch, env, timeout=timeout, cancel=cancel), started)
+
+
+def _evaluate_cancellable(task: "Task", patch: str | None, env: dict[str, Any], timeout: float,
+                          cancel: Cancellation) -> EvalAttempt | None:
+    """``evaluate_one`` in a pool thread: None when the cancel cut it short (a KeyboardInterrupt
+    raised in a worker thread would only be re-raised by ``future.result()``)."""
+    try:
+        return evaluate_one(task, patch, env, timeout, cancel)
+    except KeyboardInterrupt:
+        return None
 
 
 def _commit(attempt: EvalAttempt, directory: Path, log: rec.ResultsLog, state: rec.ResumeState,
