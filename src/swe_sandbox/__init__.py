@@ -12,32 +12,50 @@ from typing import TYPE_CHECKING, Any
 
 from swe_sandbox.errors import (
     BackendUnavailable,
+    BatchAborted,
     ConfigError,
     DownloadTooLarge,
+    FormatError,
+    ImageBuildError,
     ImagePullError,
     InterruptAgentFlow,
+    LimitsExceeded,
+    ModelError,
     ProtocolError,
     SandboxDied,
     SandboxError,
     SandboxStartError,
+    SetupFailed,
     Submitted,
     SweSandboxError,
+    TaskFileError,
+    Terminated,
+    TimeExceeded,
 )
 
 __version__ = "0.1.0"
 __all__ = [
     "get_environment",
     "BackendUnavailable",
+    "BatchAborted",
     "ConfigError",
     "DownloadTooLarge",
+    "FormatError",
+    "ImageBuildError",
     "ImagePullError",
     "InterruptAgentFlow",
+    "LimitsExceeded",
+    "ModelError",
     "ProtocolError",
     "SandboxDied",
     "SandboxError",
     "SandboxStartError",
+    "SetupFailed",
     "Submitted",
     "SweSandboxError",
+    "TaskFileError",
+    "Terminated",
+    "TimeExceeded",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover

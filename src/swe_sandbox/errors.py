@@ -2,23 +2,30 @@
 
     Exception
     ├── SweSandboxError              base of every error below
-    │   ├── ConfigError              a bad config value; the message names the field
+    │   ├── ConfigError              a bad config value; the message names the field (also a ValueError)
+    │   │   └── TaskFileError        a task or predictions file that does not load; names line and field
     │   ├── BackendUnavailable       the backend cannot run on this host (names the cause)
+    │   ├── ImageBuildError          ``swe-sandbox image build`` failed; names the step and its log
     │   ├── SandboxError             something went wrong with a running sandbox
     │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up
     │   │   │   └── ImagePullError   its image could not be pulled (``.reason`` says why)
     │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
     │   │   ├── ProtocolError        the runner sent something it should not have
     │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
+    │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero
     │   └── ModelError               the model provider failed for good (after retries, or not retryable)
     └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history
-        ├── Submitted                the submission sentinel was printed; ``.submission`` holds the text
         ├── FormatError              the model's reply could not be parsed into actions
         ├── LimitsExceeded           step, cost or call limit reached
-        └── TimeExceeded             wall-time limit reached
+        ├── TimeExceeded             wall-time limit reached
+        └── Submitted                the submission sentinel was printed; ``.submission`` holds the text
     BaseException
     └── KeyboardInterrupt
-        └── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.signals``)
+        ├── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.signals``)
+        └── BatchAborted             a batch stopped without waiting for its rollouts (second Ctrl-C, or grace over)
+
+Every class in this tree is defined here and exported by ``swe_sandbox`` (``swe_sandbox.__all__``);
+``tests/unit/test_errors.py`` checks the drawing against the classes.
 
 A command that fails (non-zero exit, timeout, missing ``cwd``) is *not* an exception: it is a
 result dict with ``returncode`` and ``exception_info`` set (DESIGN.md §1). Exceptions are for the
@@ -77,6 +84,18 @@ class ImagePullError(SandboxStartError):
 
 class SandboxDied(SandboxError):
     """The sandbox died or vanished; no further command can run in it."""
+
+
+class ImageBuildError(SweSandboxError):
+    """An image could not be built; the message says which step failed and where its log is."""
+
+
+class TaskFileError(ConfigError):
+    """A task (or predictions) file that does not load; the message names the line and field."""
+
+
+class SetupFailed(SweSandboxError):
+    """The task's ``setup_command`` exited non-zero: the instance's error, not the agent's."""
 
 
 class ProtocolError(SandboxError):
@@ -175,3 +194,8 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
         self.signal_name = name
         self.exit_code = 128 + signum
+
+
+class BatchAborted(KeyboardInterrupt):
+    """A second Ctrl-C while the first one's cleanup ran, or rollouts still busy ``CANCEL_GRACE_S``
+    (``swe_sandbox.batch.driver``) after the first: the batch stops without waiting for them."""

@@ -21,15 +21,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from swe_sandbox.config import data_dir
-from swe_sandbox.errors import SweSandboxError
+from swe_sandbox.errors import ImageBuildError
 
 ENGINES = ("docker", "podman")
 IMAGES = {"base": "swe-sandbox/base", "nopython": "swe-sandbox/nopython"}
 DEFAULT_IMAGE = IMAGES["base"]
-
-
-class ImageBuildError(SweSandboxError):
-    """An image could not be built; the message says which step failed and where its log is."""
 
 
 def images_dir() -> Path:

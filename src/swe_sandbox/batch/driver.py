@@ -22,6 +22,7 @@ from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
 from swe_sandbox.environments.pulling import stop_all as stop_pulls
+from swe_sandbox.errors import BatchAborted
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.progress import BatchProgress
@@ -41,11 +42,6 @@ class Job(NamedTuple):
 
     instance_id: str
     evaluate_only: bool
-
-
-class BatchAborted(KeyboardInterrupt):
-    """A second Ctrl-C while the first one's cleanup ran, or rollouts still busy ``CANCEL_GRACE_S``
-    after the first: the batch stops without waiting for them."""
 
 
 def instance_dir(output_dir: Path, instance_id: str) -> Path:

@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
 
-from swe_sandbox.errors import SweSandboxError
+from swe_sandbox.errors import SetupFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
@@ -22,10 +22,6 @@ if TYPE_CHECKING:  # pragma: no cover
 IMAGE_BACKENDS = ("docker", "podman")
 #: Seconds ``setup_command`` may take when the task and config say nothing.
 DEFAULT_SETUP_TIMEOUT_S = 600.0
-
-
-class SetupFailed(SweSandboxError):
-    """The task's ``setup_command`` exited non-zero: the instance's error, not the agent's."""
 
 
 def task_env_config(task: "Task", env_config: dict[str, Any]) -> dict[str, Any]:

@@ -18,16 +18,12 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from swe_sandbox.errors import ConfigError
+from swe_sandbox.errors import TaskFileError
 
 #: Longest ``instance_id`` (it becomes a directory and file name).
 MAX_ID_LENGTH = 200
 #: Characters an ``instance_id`` may not hold (it becomes a file name).
 UNSAFE_ID = re.compile(r"[/\\\x00-\x1f]")
-
-
-class TaskFileError(ConfigError):
-    """A task (or predictions) file that does not load; the message names the line and field."""
 
 
 class Task(BaseModel):
