@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from swe_sandbox.agent import DefaultAgent, load_run_config
-from swe_sandbox.agent.trajectory import TRAJECTORY_FORMAT, atomic_write_text, load_trajectory, write_trajectory
+from swe_sandbox.trajectory import TRAJECTORY_FORMAT, atomic_write_text, load_trajectory, write_trajectory
 from swe_sandbox.errors import ConfigError
 from swe_sandbox.models.test_models import DeterministicModel
 

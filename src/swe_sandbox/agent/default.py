@@ -404,7 +404,7 @@ class DefaultAgent:
     def serialize(self) -> dict[str, Any]:
         """The trajectory as a JSON-ready dict (mini-swe-agent's ``mini-swe-agent-1.1`` format)."""
         from swe_sandbox import __version__
-        from swe_sandbox.agent.trajectory import TRAJECTORY_FORMAT, recursive_merge
+        from swe_sandbox.trajectory import TRAJECTORY_FORMAT, recursive_merge
 
         extra = self._exit_extra()
         agent_data = {
@@ -447,7 +447,7 @@ class DefaultAgent:
     def save(self, path: str | Path | None = None) -> dict[str, Any]:
         """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it
         (unredacted; the file has the secrets masked, see ``redacted``)."""
-        from swe_sandbox.agent.trajectory import write_trajectory
+        from swe_sandbox.trajectory import write_trajectory
 
         data = self.serialize()
         path = path or self.config.output_path

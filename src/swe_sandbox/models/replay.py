@@ -92,7 +92,7 @@ class ReplayModel:
     """
 
     def __init__(self, **config: Any):
-        from swe_sandbox.agent.trajectory import load_trajectory
+        from swe_sandbox.trajectory import load_trajectory
         from swe_sandbox.config import validate
         from swe_sandbox.errors import ConfigError
 
