@@ -151,14 +151,10 @@ class DefaultAgent:
         Raises:
             ConfigError: the template is invalid or uses an unknown variable (the message says which).
         """
-        from jinja2 import StrictUndefined, Template, TemplateError
+        from swe_sandbox.templates import render_template
 
-        from swe_sandbox.errors import ConfigError
-
-        try:
-            return Template(template, undefined=StrictUndefined).render(**self.get_template_vars(**kwargs))
-        except TemplateError as exc:
-            raise ConfigError(f"agent template: {type(exc).__name__}: {exc}") from None
+        return render_template(template, self.get_template_vars(**kwargs), where="agent template",
+                               keep_trailing_newline=False)
 
     @property
     def model_cost(self) -> float:
