@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from swe_sandbox.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted, TimeExceeded
+from swe_sandbox.protocols import Environment, Model
 
 logger = logging.getLogger("swe_sandbox.agent")
 
@@ -103,9 +104,11 @@ class DefaultAgent:
     """A thin tool-calling agent (mini-swe-agent's ``DefaultAgent``, with limits and hooks).
 
     Args:
-        model: implements ``query``, ``format_observation_messages``, ``get_template_vars``,
-            ``serialize``, ``cost`` and ``n_calls`` (see ``swe_sandbox.models``).
-        env: implements ``execute``, ``get_template_vars`` and ``serialize`` (any backend).
+        model (Model): any model (``swe_sandbox.protocols.Model``: ``query``,
+            ``format_observation_messages``, ``get_template_vars``, ``serialize``; ``cost`` and
+            ``n_calls`` when it has them; see ``swe_sandbox.models``).
+        env (Environment): any backend (``swe_sandbox.protocols.Environment``: ``execute``,
+            ``get_template_vars``, ``serialize``; ``start`` when it has one).
         **config: fields of ``AgentConfig``.
 
     Raises:
@@ -115,12 +118,12 @@ class DefaultAgent:
     ``on_query`` and ``on_result`` (progress), which do nothing by default.
     """
 
-    def __init__(self, model: Any, env: Any, **config: Any):
+    def __init__(self, model: Model, env: Environment, **config: Any):
         from swe_sandbox.config import validate
 
         self.config: AgentConfig = validate(AgentConfig, config, section="agent")
-        self.model = model
-        self.env = env
+        self.model: Model = model
+        self.env: Environment = env
         self.messages: list[dict[str, Any]] = []
         self.extra_template_vars: dict[str, Any] = {}
         self.n_steps = 0
