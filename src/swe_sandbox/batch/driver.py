@@ -235,8 +235,8 @@ class BatchRun:
             reward=evaluation.reward if evaluation else None)
 
     def _write_report(self) -> None:
-        from swe_sandbox.trajectory import atomic_write_text, to_json
         from swe_sandbox.batch.grading import run_report
+        from swe_sandbox.trajectory import atomic_write_text, to_json
 
         outcomes = {i: r.eval_status for i, r in self.final.items() if r.done and r.eval_status}
         report = run_report(self.tasks, self.preds.preds, outcomes)

@@ -85,9 +85,9 @@ class ReplayModel:
     """
 
     def __init__(self, **config: Any):
-        from swe_sandbox.trajectory import load_trajectory
         from swe_sandbox.config import validate
         from swe_sandbox.errors import ConfigError
+        from swe_sandbox.trajectory import load_trajectory
 
         self.config: ReplayModelConfig = validate(ReplayModelConfig, config, section="model")
         data = load_trajectory(self.config.trajectory)
