@@ -18,7 +18,8 @@ from pathlib import Path
 
 from swe_sandbox.agent import DefaultAgent, demo, load_run_config
 from swe_sandbox.agent.cli import build_environment, environment_config
-from swe_sandbox.models.test_models import DeterministicModel, tool_call
+from swe_sandbox.models.actions import tool_call
+from swe_sandbox.models.test_models import DeterministicModel
 
 _TURNS = iter(range(1, 100))
 

@@ -9,9 +9,9 @@ In a mini-swe-agent config (or with ``--environment-class``), only the class and
       timeout: 60
 
 mini builds an environment as ``Class(**fields)``. The fields are the backend's config fields
-(``environments/<backend>.yaml`` lists them, starting from that preset); mini's common names
-``cwd``, ``env``, ``forward_env``, ``timeout``, ``image`` and (containers) ``pull_timeout`` mean
-the same here. Fields of mini's own ``DockerEnvironment`` and ``BubblewrapEnvironment`` that are
+(its config class documents them; they apply on top of the preset ``environments/<backend>.yaml``,
+as ``get_environment`` does); mini's common names ``cwd``, ``env``, ``forward_env``, ``timeout``,
+``image`` and (containers) ``pull_timeout`` mean the same here. Fields of mini's own ``DockerEnvironment`` and ``BubblewrapEnvironment`` that are
 not ours are translated by the class's ``mini_fields``: mapped where they mean something here,
 refused (``ConfigError`` naming the field and saying why) where they do not. Any other unknown
 field is refused too: nothing is ignored.

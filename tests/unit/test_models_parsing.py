@@ -13,8 +13,9 @@ from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, t
 
 from swe_sandbox.errors import ConfigError, FormatError
 from swe_sandbox.models import get_model
-from swe_sandbox.models.litellm_model import LitellmModel, parse_tool_calls
-from swe_sandbox.models.text_model import LitellmTextModel, parse_bash_block
+from swe_sandbox.models.actions import parse_bash_block, parse_tool_calls
+from swe_sandbox.models.litellm_model import LitellmModel
+from swe_sandbox.models.text_model import LitellmTextModel
 
 TASK = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Do the task."}]
 

@@ -150,7 +150,7 @@ def test_url_credentials_are_secrets_masked_everywhere():
 
 
 def test_api_base_credentials_never_reach_serialize_templates_logs_or_errors(caplog, tmp_path):
-    from swe_sandbox.agent.trajectory import write_trajectory
+    from swe_sandbox.trajectory import write_trajectory
 
     model = LitellmModel(model_name="openai/m", model_kwargs={"api_base": API_BASE, "api_key": API_KEY},
                          cost_tracking="ignore_errors", retry={"max_attempts": 2, "backoff_base_s": 0.01})

@@ -31,7 +31,7 @@ def fix_command(edits: list[Edit]) -> str:
 
 def turns(task: TaskSpec, project: Project) -> list[dict[str, Any]]:
     """The scripted assistant turns (``deterministic`` model outputs)."""
-    from swe_sandbox.models.test_models import tool_call
+    from swe_sandbox.models.actions import tool_call
 
     fixed = task.edits if task.solution == "full" else task.edits[:1]
     check = shlex.join(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.tests])

@@ -10,6 +10,7 @@
         agent = DefaultAgent(model, env, **config["agent"], output_path="traj.json")
         exit_status, submission = agent.run("Fix the failing test")
 
+``Environment`` and ``Model`` (``swe_sandbox.protocols``) say what ``DefaultAgent`` accepts.
 Importing this package imports nothing else (names load on first use), so the command line's
 ``--help`` stays fast; no model SDK is imported until a model is built.
 """
@@ -23,6 +24,8 @@ _EXPORTS = {
     "ActionRejected": "swe_sandbox.agent.default",
     "AgentConfig": "swe_sandbox.agent.default",
     "DefaultAgent": "swe_sandbox.agent.default",
+    "Environment": "swe_sandbox.protocols",
+    "Model": "swe_sandbox.protocols",
     "load_run_config": "swe_sandbox.agent.config",
 }
 __all__ = list(_EXPORTS)

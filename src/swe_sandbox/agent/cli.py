@@ -240,7 +240,7 @@ def check_model_config(model: dict[str, Any]) -> None:
 
 def environment_config(env_spec: str, section: dict[str, Any]) -> dict[str, Any]:
     """The preset or file ``env_spec``, with the run config's ``environment`` fields on top."""
-    from swe_sandbox.agent.trajectory import recursive_merge
+    from swe_sandbox.trajectory import recursive_merge
     from swe_sandbox.config import load_environment_config
 
     section = {k: v for k, v in section.items() if k != "backend"}
@@ -441,7 +441,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     from swe_sandbox.redact import redact
 
     if status == "Submitted":
-        from swe_sandbox.agent.trajectory import atomic_write_text
+        from swe_sandbox.trajectory import atomic_write_text
 
         submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
         atomic_write_text(submission_path(output), submission)

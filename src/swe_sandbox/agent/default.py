@@ -6,6 +6,13 @@ until a command submits (``echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && ...``),
 or something fails for good. The run ends with an ``{"role": "exit", ...}`` message whose
 ``extra`` holds ``exit_status`` and ``submission`` (mini-swe-agent v2's convention), and the
 trajectory is saved atomically after every step.
+
+How a run ends is the public ``swe_sandbox.errors.InterruptAgentFlow`` hierarchy, raised by the
+agent itself, by a model or by a subclass alike: ``LimitsExceeded`` (step or cost limit, repeated
+format errors, a batch's budget) and ``TimeExceeded`` (wall time) carry the messages to add and,
+last, the exit message (``exit_message``); ``Submitted`` ends with the submission; ``FormatError``
+only adds its messages and the loop goes on. Any other exception ends the run with its class name
+as the exit status.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from swe_sandbox.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted, TimeExceeded
+from swe_sandbox.protocols import Environment, Model
 
 logger = logging.getLogger("swe_sandbox.agent")
 
@@ -59,15 +67,23 @@ class ActionRejected(Exception):
         self.reason = reason
 
 
-class _Exit(Exception):
-    """Ends the run: ``messages`` (if any), then an exit message (internal)."""
+def exit_message(status: str, content: str, submission: str = "", **extra: Any) -> dict[str, Any]:
+    """The message that ends a run: ``{"role": "exit", "content", "extra": {"exit_status",
+    "submission", **extra}}`` (mini-swe-agent v2's convention).
 
-    def __init__(self, status: str, content: str, submission: str = "", *,
-                 messages: list[dict[str, Any]] = (), **extra: Any):
-        super().__init__(content)
-        self.messages = list(messages)
-        self.message = {"role": "exit", "content": content,
-                        "extra": {"exit_status": status, "submission": submission, **extra}}
+    An ``InterruptAgentFlow`` (``LimitsExceeded``, ``TimeExceeded``...) carrying one as its last
+    message ends the run with it (see ``DefaultAgent.run``).
+    """
+    return {"role": "exit", "content": content, "extra": {"exit_status": status, "submission": submission, **extra}}
+
+
+def carried_exit(exc: BaseException) -> dict[str, Any] | None:
+    """The exit message ``exc`` carries (an ``InterruptAgentFlow`` whose last message has role
+    ``exit``), else None."""
+    messages = [m for m in getattr(exc, "messages", None) or () if isinstance(m, dict)] \
+        if isinstance(exc, InterruptAgentFlow) else []
+    exits = [m for m in messages if m.get("role") == "exit"]
+    return exits[-1] if exits else None
 
 
 def not_run_result(reason: str) -> dict[str, Any]:
@@ -88,9 +104,11 @@ class DefaultAgent:
     """A thin tool-calling agent (mini-swe-agent's ``DefaultAgent``, with limits and hooks).
 
     Args:
-        model: implements ``query``, ``format_observation_messages``, ``get_template_vars``,
-            ``serialize``, ``cost`` and ``n_calls`` (see ``swe_sandbox.models``).
-        env: implements ``execute``, ``get_template_vars`` and ``serialize`` (any backend).
+        model (Model): any model (``swe_sandbox.protocols.Model``: ``query``,
+            ``format_observation_messages``, ``get_template_vars``, ``serialize``; ``cost`` and
+            ``n_calls`` when it has them; see ``swe_sandbox.models``).
+        env (Environment): any backend (``swe_sandbox.protocols.Environment``: ``execute``,
+            ``get_template_vars``, ``serialize``; ``start`` when it has one).
         **config: fields of ``AgentConfig``.
 
     Raises:
@@ -100,12 +118,12 @@ class DefaultAgent:
     ``on_query`` and ``on_result`` (progress), which do nothing by default.
     """
 
-    def __init__(self, model: Any, env: Any, **config: Any):
+    def __init__(self, model: Model, env: Environment, **config: Any):
         from swe_sandbox.config import validate
 
         self.config: AgentConfig = validate(AgentConfig, config, section="agent")
-        self.model = model
-        self.env = env
+        self.model: Model = model
+        self.env: Environment = env
         self.messages: list[dict[str, Any]] = []
         self.extra_template_vars: dict[str, Any] = {}
         self.n_steps = 0
@@ -151,14 +169,10 @@ class DefaultAgent:
         Raises:
             ConfigError: the template is invalid or uses an unknown variable (the message says which).
         """
-        from jinja2 import StrictUndefined, Template, TemplateError
+        from swe_sandbox.templates import render_template
 
-        from swe_sandbox.errors import ConfigError
-
-        try:
-            return Template(template, undefined=StrictUndefined).render(**self.get_template_vars(**kwargs))
-        except TemplateError as exc:
-            raise ConfigError(f"agent template: {type(exc).__name__}: {exc}") from None
+        return render_template(template, self.get_template_vars(**kwargs), where="agent template",
+                               keep_trailing_newline=False)
 
     @property
     def model_cost(self) -> float:
@@ -212,8 +226,6 @@ class DefaultAgent:
             except KeyboardInterrupt as exc:
                 self.add_messages(self._interrupt_exit(exc))
                 raise
-            except _Exit as exc:
-                self.add_messages(*exc.messages, exc.message)
             except InterruptAgentFlow as exc:
                 self._interrupted(exc)
             except Exception as exc:
@@ -235,15 +247,15 @@ class DefaultAgent:
         from swe_sandbox.errors import Terminated
 
         if isinstance(exc, Terminated):
-            return self._exit_message(exc.signal_name, f"Terminated by signal {exc.signal_name}.")
-        return self._exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C).")
+            return exit_message(exc.signal_name, f"Terminated by signal {exc.signal_name}.")
+        return exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C).")
 
     def _failure_exit(self, exc: Exception) -> dict[str, Any]:
         from swe_sandbox.redact import redact
 
         logger.warning("agent stopped by %s: %s", type(exc).__name__, redact(str(exc), self.known_secrets()))
-        return self._exit_message(type(exc).__name__, str(exc) or type(exc).__name__,
-                                  exception_str=str(exc), traceback=traceback.format_exc())
+        return exit_message(type(exc).__name__, str(exc) or type(exc).__name__,
+                            exception_str=str(exc), traceback=traceback.format_exc())
 
     def step(self) -> None:
         """One step: query the model, run its tool calls, add the observations."""
@@ -254,7 +266,9 @@ class DefaultAgent:
         """Check the limits, query the model and add its reply.
 
         Raises:
-            _Exit: a step, cost or wall-time limit is reached, or too many format errors in a row.
+            LimitsExceeded: a step or cost limit is reached, or too many format errors in a row
+                (exit status ``RepeatedFormatError``); carries the exit message.
+            TimeExceeded: the wall-time limit is reached; carries the exit message.
         """
         self.check_limits()
         self.n_steps += 1
@@ -263,10 +277,10 @@ class DefaultAgent:
         except FormatError as exc:
             self.consecutive_format_errors += 1
             if self.consecutive_format_errors >= self.config.max_consecutive_format_errors:
-                raise _Exit(REPEATED_FORMAT_ERROR, f"The model's reply could not be used "
-                            f"{self.consecutive_format_errors} times in a row; the last error: "
-                            f"{self._last_text(exc.messages)}",
-                            messages=[m for m in exc.messages if isinstance(m, dict)]) from None
+                ending = exit_message(REPEATED_FORMAT_ERROR, f"The model's reply could not be used "
+                                      f"{self.consecutive_format_errors} times in a row; the last error: "
+                                      f"{self._last_text(exc.messages)}")
+                raise LimitsExceeded(*[m for m in exc.messages if isinstance(m, dict)], ending) from None
             raise  # run() adds its messages and goes on
         self.consecutive_format_errors = 0
         self.add_messages(message)
@@ -274,14 +288,21 @@ class DefaultAgent:
         return message
 
     def check_limits(self) -> None:
-        """Raise ``_Exit`` when the step, cost or wall-time limit is reached."""
+        """Raise ``LimitsExceeded`` (step, cost) or ``TimeExceeded`` (wall time) when a limit is
+        reached; the exception carries the run's exit message."""
         cfg = self.config
         if 0 < cfg.step_limit <= self.n_steps:
-            raise _Exit(LIMITS_EXCEEDED, f"Step limit reached ({cfg.step_limit} model queries).")
+            raise LimitsExceeded(exit_message(LIMITS_EXCEEDED, f"Step limit reached ({cfg.step_limit} model queries)."))
         if 0 < cfg.cost_limit <= self.model_cost:
-            raise _Exit(LIMITS_EXCEEDED, f"Cost limit reached (${self.model_cost:.4f} of ${cfg.cost_limit:.4f}).")
+            raise LimitsExceeded(exit_message(
+                LIMITS_EXCEEDED, f"Cost limit reached (${self.model_cost:.4f} of ${cfg.cost_limit:.4f})."))
         if self.time_left() == 0:
-            raise _Exit(TIME_EXCEEDED, f"Wall-time limit reached ({cfg.wall_time_limit_s:g} seconds).")
+            raise self.time_exceeded()
+
+    def time_exceeded(self) -> TimeExceeded:
+        """The ``TimeExceeded`` that ends the run at the wall-time limit (carries the exit message)."""
+        text = f"Wall-time limit reached ({self.config.wall_time_limit_s:g} seconds)."
+        return TimeExceeded(exit_message(TIME_EXCEEDED, text))
 
     def time_left(self) -> float | None:
         """Seconds left before the wall-time limit (0 when reached); None: no limit."""
@@ -308,7 +329,8 @@ class DefaultAgent:
                 outputs.append(exc.result or {"output": exc.submission, "returncode": 0, "exception_info": ""})
                 stop = exc
             except BaseException as exc:  # noqa: BLE001 - answered, then re-raised below
-                outputs.append(not_run_result(f"Not run: {exc}" if isinstance(exc, _Exit) else
+                ending = carried_exit(exc)
+                outputs.append(not_run_result(f"Not run: {ending['content']}" if ending else
                                               f"The command did not finish: {type(exc).__name__}: {exc}"))
                 stop = exc
         self.add_messages(*self.model.format_observation_messages(message, outputs, self.get_template_vars()))
@@ -320,12 +342,12 @@ class DefaultAgent:
 
         Raises:
             Submitted: the command submitted.
-            _Exit: the wall-time limit is reached.
+            TimeExceeded: the wall-time limit is reached (carries the exit message).
             SandboxError: the sandbox failed (see ``Environment.execute``).
         """
         left = self.time_left()
         if left == 0:
-            raise _Exit(TIME_EXCEEDED, f"Wall-time limit reached ({self.config.wall_time_limit_s:g} seconds).")
+            raise self.time_exceeded()
         try:
             approved = self.approve(action)
         except ActionRejected as exc:
@@ -352,21 +374,20 @@ class DefaultAgent:
 
     def _interrupted(self, exc: InterruptAgentFlow) -> None:
         """Add what an interrupt carries; end the run unless it was a format error."""
-        carried = [m for m in exc.messages if isinstance(m, dict)]
-        messages = [m for m in carried if m.get("role") != "exit"]
-        exits = [m for m in carried if m.get("role") == "exit"]
+        messages = [m for m in exc.messages if isinstance(m, dict) and m.get("role") != "exit"]
+        ending = carried_exit(exc)
         self.add_messages(*messages)
         if isinstance(exc, FormatError):
             return
         if isinstance(exc, Submitted):
             lines = len(exc.submission.splitlines())
-            self.add_messages(self._exit_message(SUBMITTED, f"Submitted ({lines} lines).", submission=exc.submission))
-        elif exits:
-            self.add_messages(exits[-1])
+            self.add_messages(exit_message(SUBMITTED, f"Submitted ({lines} lines).", submission=exc.submission))
+        elif ending is not None:
+            self.add_messages(ending)
         else:
             status = TIME_EXCEEDED if isinstance(exc, TimeExceeded) else (
                 LIMITS_EXCEEDED if isinstance(exc, LimitsExceeded) else type(exc).__name__)
-            self.add_messages(self._exit_message(status, self._last_text(messages) or status))
+            self.add_messages(exit_message(status, self._last_text(messages) or status))
 
     # -- hooks -------------------------------------------------------------------------------
     def approve(self, action: dict[str, Any]) -> dict[str, Any]:
@@ -381,15 +402,12 @@ class DefaultAgent:
 
     # -- helpers -----------------------------------------------------------------------------
     @staticmethod
-    def _exit_message(status: str, content: str, submission: str = "", **extra: Any) -> dict[str, Any]:
-        return _Exit(status, content, submission, **extra).message
-
-    @staticmethod
     def _why(exc: BaseException) -> str:
         if isinstance(exc, Submitted):
             return "submitted"
-        if isinstance(exc, _Exit):
-            return f"ended the run ({exc.message['extra']['exit_status']})"
+        ending = carried_exit(exc)
+        if ending is not None:
+            return f"ended the run ({ending['extra']['exit_status']})"
         return f"failed ({type(exc).__name__})"
 
     @staticmethod
@@ -404,7 +422,7 @@ class DefaultAgent:
     def serialize(self) -> dict[str, Any]:
         """The trajectory as a JSON-ready dict (mini-swe-agent's ``mini-swe-agent-1.1`` format)."""
         from swe_sandbox import __version__
-        from swe_sandbox.agent.trajectory import TRAJECTORY_FORMAT, recursive_merge
+        from swe_sandbox.trajectory import TRAJECTORY_FORMAT, recursive_merge
 
         extra = self._exit_extra()
         agent_data = {
@@ -447,7 +465,7 @@ class DefaultAgent:
     def save(self, path: str | Path | None = None) -> dict[str, Any]:
         """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it
         (unredacted; the file has the secrets masked, see ``redacted``)."""
-        from swe_sandbox.agent.trajectory import write_trajectory
+        from swe_sandbox.trajectory import write_trajectory
 
         data = self.serialize()
         path = path or self.config.output_path

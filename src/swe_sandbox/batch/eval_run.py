@@ -72,10 +72,10 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir:
         KeyboardInterrupt: Ctrl-C or ``cancel``: the evaluations under way were stopped (their
             sandboxes closed), not awaited; the finished ones are written.
     """
-    from swe_sandbox.agent.trajectory import atomic_write_text, to_json
     from swe_sandbox.batch.grading import run_report
     from swe_sandbox.batch.ray_settings import ray_options
     from swe_sandbox.config import load_environment_config
+    from swe_sandbox.trajectory import atomic_write_text, to_json
 
     ray = ray_options(executor, ray_address, workers)
     preds = match_predictions(predictions, tasks)

@@ -223,7 +223,7 @@ class PredsFile:
             self._write()
 
     def _write(self) -> None:
-        from swe_sandbox.agent.trajectory import atomic_write_text, to_json
+        from swe_sandbox.trajectory import atomic_write_text, to_json
 
         atomic_write_text(self.path, to_json(dict(sorted(self.preds.items())), indent=2) + "\n")
 

@@ -226,7 +226,7 @@ def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancell
     """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
     the batch's ``budget`` (``LimitsExceeded``), and reports each step (and the command it is about
     to run) to ``progress``."""
-    from swe_sandbox.agent.default import DefaultAgent
+    from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, exit_message
     from swe_sandbox.errors import LimitsExceeded
 
     report = progress or (lambda *a, **k: None)
@@ -237,8 +237,7 @@ def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancell
                 raise KeyboardInterrupt("batch cancelled")
             if budget is not None and budget.exhausted():
                 text = f"The batch's total cost limit was reached (${budget.limit:.2f})."
-                raise LimitsExceeded({"role": "exit", "content": text,
-                                      "extra": {"exit_status": "LimitsExceeded", "submission": ""}})
+                raise LimitsExceeded(exit_message(LIMITS_EXCEEDED, text))
             super().check_limits()
 
         def on_query(self, message: dict[str, Any]) -> None:

@@ -19,7 +19,9 @@ them: ``{"role": "tool", "tool_call_id": ..., "content": ...}`` per tool call fo
 models, one ``{"role": "user", ...}`` message for text models.
 
 Models also expose ``cost`` (float, USD), ``n_calls`` (int), ``get_template_vars()`` and
-``serialize()`` like environments do.
+``serialize()`` like environments do. ``swe_sandbox.protocols.Model`` states this contract as a
+type; ``swe_sandbox.models.actions`` holds what every model shares (the ``bash`` tool, the reply
+parsers, the observation rendering).
 """
 
 from __future__ import annotations

@@ -24,7 +24,6 @@ litellm is imported on first use only, with ``LITELLM_LOCAL_MODEL_COST_MAP=True`
 from __future__ import annotations
 
 import copy
-import functools
 import json
 import os
 import threading
@@ -34,41 +33,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swe_sandbox.config import validate
-from swe_sandbox.errors import ConfigError, FormatError, ModelError
+from swe_sandbox.errors import FormatError, ModelError
+from swe_sandbox.models.actions import (
+    BASH_TOOL,
+    DEFAULT_OBSERVATION_TEMPLATE,
+    format_error_text,
+    format_observation_messages,
+    parse_tool_calls,
+)
 from swe_sandbox.models.retry import RetryConfig, call_with_retries
 from swe_sandbox.models.stats import GLOBAL_STATS
 from swe_sandbox.redact import find_secrets, redact
+from swe_sandbox.templates import check_template, render_template
 
-TOOL_NAME = "bash"
-BASH_TOOL = {
-    "type": "function",
-    "function": {
-        "name": TOOL_NAME,
-        "description": "Run a command with `bash -c` in a fresh shell (no state carries over) and return its output.",
-        "parameters": {
-            "type": "object",
-            "properties": {"command": {"type": "string", "description": "The bash command to run."}},
-            "required": ["command"],
-        },
-    },
-}
 #: Message fields a provider gets; everything else (``extra``...) stays local.
 PROVIDER_FIELDS = ("role", "content", "name", "tool_calls", "tool_call_id")
 CACHE_CONTROL = {"type": "ephemeral"}
-#: A command that an earlier one in the same turn kept from running (e.g. it submitted).
-NOT_EXECUTED = {"output": "", "returncode": -1,
-                "exception_info": "not executed: an earlier command of this turn ended it"}
 
-DEFAULT_OBSERVATION_TEMPLATE = """\
-{%- if output.exception_info %}<exception>{{ output.exception_info }}</exception>
-{% endif -%}
-<returncode>{{ output.returncode }}</returncode>
-<output>
-{{ output.output }}</output>
-{%- if output.extra.truncated %}
-<note>The output was too long: {{ output.extra.dropped_bytes }} bytes in the middle were dropped. \
-Narrow the command (grep, head, tail, sed -n) to see what you need.</note>
-{%- endif %}"""
 DEFAULT_FORMAT_ERROR_TEMPLATE = """\
 Your last reply could not be executed: {{ error }}.
 Nothing of it was run. Reply with one or more calls of the `bash` tool, each with the JSON \
@@ -114,34 +95,7 @@ class LitellmModelConfig(BaseModel):
     @field_validator("format_error_template", "observation_template")
     @classmethod
     def _template_compiles(cls, value: str) -> str:
-        import jinja2
-
-        try:
-            _compile(value)
-        except jinja2.TemplateSyntaxError as exc:
-            raise ValueError(f"invalid jinja2 template: {exc}") from None
-        return value
-
-
-@functools.lru_cache(maxsize=64)
-def _compile(template: str) -> Any:
-    import jinja2
-
-    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(template)
-
-
-def render(field: str, template: str, **variables: Any) -> str:
-    """Render a strict jinja2 template of the model config.
-
-    Raises:
-        ConfigError: the template uses a variable it was not given (names ``model.<field>``).
-    """
-    import jinja2
-
-    try:
-        return _compile(template).render(**variables)
-    except jinja2.TemplateError as exc:
-        raise ConfigError(f"model.{field}: {exc}") from None
+        return check_template(value)
 
 
 def _litellm() -> Any:
@@ -202,58 +156,6 @@ def add_cache_control(messages: list[dict[str, Any]], turns: int = 2) -> list[di
             if marked == turns:
                 break
     return messages
-
-
-def parse_tool_calls(tool_calls: list[dict[str, Any]] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """Actions of the ``bash`` tool calls and a list of problems (empty when all are usable).
-
-    Args:
-        tool_calls: plain tool calls (``plain_tool_call``) of one reply.
-
-    Returns:
-        ``([{"command", "tool_call_id"}, ...], ["tool call 2 (call_x): unknown tool 'python'...", ...])``
-    """
-    if not tool_calls:
-        return [], ["it contains no tool call"]
-    actions, problems = [], []
-    for i, tool_call in enumerate(tool_calls, 1):
-        command, problem = _command_of(tool_call)
-        if problem:
-            problems.append(f"tool call {i} ({tool_call.get('id') or 'no id'}): {problem}")
-        else:
-            actions.append({"command": command, "tool_call_id": tool_call["id"]})
-    return actions, problems
-
-
-def _command_of(tool_call: dict[str, Any]) -> tuple[str, str]:
-    function = tool_call.get("function") or {}
-    if function.get("name") != TOOL_NAME:
-        return "", f"unknown tool {function.get('name')!r} (the only tool is {TOOL_NAME!r})"
-    try:
-        arguments = json.loads(function.get("arguments") or "")
-    except (TypeError, ValueError) as exc:
-        return "", f"its arguments are not valid JSON ({exc})"
-    if not isinstance(arguments, dict) or "command" not in arguments:
-        return "", 'its arguments have no "command" field'
-    if not isinstance(arguments["command"], str):
-        return "", f'its "command" is a {type(arguments["command"]).__name__}, not a string'
-    if not isinstance(tool_call.get("id"), str) or not tool_call["id"]:
-        return "", "it has no id"
-    return arguments["command"], ""
-
-
-def format_error_text(problems: list[str], finish_reason: str | None) -> str:
-    """The error for ``format_error_template``: the problems, and for a reply cut at the token
-    limit (``finish_reason == "length"``) the word that it was truncated.
-
-    Args:
-        problems (list[str]): what is wrong (``parse_tool_calls`` / ``parse_bash_block``).
-        finish_reason (str | None): the provider's finish reason of the reply.
-    """
-    text = "; ".join(problems)
-    if finish_reason == "length":
-        return f"your reply was truncated at the token limit (finish_reason 'length'), so it is incomplete: {text}"
-    return text
 
 
 def _json_safe(obj: Any) -> Any:
@@ -351,9 +253,8 @@ class LitellmModel:
                 ones (a command ended the turn) are answered as not executed.
             template_vars (dict | None): more variables for ``observation_template``.
         """
-        actions = message.get("extra", {}).get("actions", [])
-        padded = list(outputs) + [NOT_EXECUTED] * (len(actions) - len(outputs))
-        return [self._observation(action, output, template_vars or {}) for action, output in zip(actions, padded)]
+        return format_observation_messages(message, outputs, self.config.observation_template, template_vars,
+                                           self._secrets)
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         """Config fields, ``cost`` and ``n_calls`` for the agent's templates, secrets masked."""
@@ -419,8 +320,9 @@ class LitellmModel:
                       problems: list[str]) -> FormatError:
         finish_reason = extra["finish_reason"]
         error = format_error_text(problems, finish_reason)
-        text = redact(render("format_error_template", self.config.format_error_template, error=error,
-                             finish_reason=finish_reason, truncated=finish_reason == "length"), self._secrets)
+        variables = {"error": error, "finish_reason": finish_reason, "truncated": finish_reason == "length"}
+        text = redact(render_template(self.config.format_error_template, variables,
+                                      where="model.format_error_template"), self._secrets)
         kept = _answerable(message.get("tool_calls") or [])
         history = {**message, "tool_calls": kept} if kept else {k: v for k, v in message.items() if k != "tool_calls"}
         if history["content"] is None and not kept:
@@ -430,19 +332,6 @@ class LitellmModel:
         if len(kept) < len(message.get("tool_calls") or []) or not kept:
             answers.append({"role": "user", "content": text})
         return FormatError(self._redacted(history), *answers)
-
-    def _observation(self, action: dict[str, Any], output: dict[str, Any],
-                     variables: dict[str, Any]) -> dict[str, Any]:
-        result = {"output": "", "returncode": -1, "exception_info": "", **output}
-        result["extra"] = {"truncated": False, "dropped_bytes": 0, **(output.get("extra") or {})}
-        content = render("observation_template", self.config.observation_template, **{**variables, "output": result})
-        extra = {"returncode": result["returncode"], "exception_info": result["exception_info"],
-                 "timestamp": time.time(), **result["extra"]}
-        if action.get("tool_call_id"):
-            head = {"role": "tool", "tool_call_id": action["tool_call_id"]}
-        else:
-            head = {"role": "user"}
-        return {**head, "content": redact(content, self._secrets), "extra": extra}
 
     def _redacted(self, message: dict[str, Any]) -> dict[str, Any]:
         """``message`` with secrets masked everywhere but in what executes (tool calls, actions)."""

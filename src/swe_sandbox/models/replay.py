@@ -21,13 +21,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from swe_sandbox.models.test_models import (
-    DEFAULT_OBSERVATION_TEMPLATE,
-    actions_from_tool_calls,
-    out_of_replies,
-    tool_observation_messages,
-    toolcall_message,
-)
+from swe_sandbox.models.actions import DEFAULT_OBSERVATION_TEMPLATE, format_observation_messages, parse_tool_calls
+from swe_sandbox.models.test_models import out_of_replies, toolcall_message
 
 #: mini-swe-agent's text formats: v2 (```mswea_bash_command) and v1 (```bash).
 TEXT_ACTION_REGEX = re.compile(r"```(?:mswea_bash_command|bash)\s*\n(.*?)\n```", re.DOTALL)
@@ -63,10 +58,8 @@ def recorded_turn(message: dict[str, Any]) -> list[str]:
     if actions:
         return [str(a["command"]) for a in actions if isinstance(a, dict) and "command" in a]
     if message.get("tool_calls"):
-        try:
-            return [a["command"] for a in actions_from_tool_calls(message["tool_calls"])]
-        except ValueError:
-            return []  # a malformed call was a format error when recorded: nothing ran
+        actions, problems = parse_tool_calls(message["tool_calls"])
+        return [] if problems else [a["command"] for a in actions]  # a malformed call ran nothing
     blocks = TEXT_ACTION_REGEX.findall(content_text(message.get("content")))
     return [blocks[0].strip()] if len(blocks) == 1 else []
 
@@ -92,9 +85,9 @@ class ReplayModel:
     """
 
     def __init__(self, **config: Any):
-        from swe_sandbox.agent.trajectory import load_trajectory
         from swe_sandbox.config import validate
         from swe_sandbox.errors import ConfigError
+        from swe_sandbox.trajectory import load_trajectory
 
         self.config: ReplayModelConfig = validate(ReplayModelConfig, config, section="model")
         data = load_trajectory(self.config.trajectory)
@@ -120,7 +113,7 @@ class ReplayModel:
     def format_observation_messages(self, message: dict[str, Any], outputs: list[dict[str, Any]],
                                     template_vars: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """One ``tool`` message per action of ``message``."""
-        return tool_observation_messages(message, outputs, self.config.observation_template, template_vars)
+        return format_observation_messages(message, outputs, self.config.observation_template, template_vars)
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         """The config fields plus ``kwargs``."""

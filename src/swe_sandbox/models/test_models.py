@@ -1,5 +1,6 @@
 """Models that need no provider: ``DeterministicModel`` (scripted replies, for tests) and the
-tool-call helpers it shares with ``ReplayModel``.
+scripted-reply helpers it shares with ``ReplayModel`` (the tool, the parser and the observation
+rendering are ``swe_sandbox.models.actions``'s, as for every model).
 
 Both produce tool-calling assistant messages (the shape of ``swe_sandbox.models``)::
 
@@ -20,13 +21,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from swe_sandbox.errors import FormatError, LimitsExceeded
-
-BASH_TOOL_NAME = "bash"
-#: How an observation is shown to the model (jinja2; ``output`` is the result dict of execute).
-DEFAULT_OBSERVATION_TEMPLATE = (
-    "{% if output.exception_info %}<exception>{{ output.exception_info }}</exception>\n{% endif %}"
-    "<returncode>{{ output.returncode }}</returncode>\n<output>\n{{ output.output }}</output>"
+from swe_sandbox.models.actions import (
+    DEFAULT_OBSERVATION_TEMPLATE,
+    format_observation_messages,
+    parse_tool_calls,
+    tool_call,
 )
+from swe_sandbox.templates import render_template
+
 DEFAULT_FORMAT_ERROR_TEMPLATE = (
     "Your reply could not be used: {{ error }}\n"
     "Call the bash tool with one command per tool call (arguments: {\"command\": \"...\"})."
@@ -34,19 +36,6 @@ DEFAULT_FORMAT_ERROR_TEMPLATE = (
 
 
 # -- helpers shared by the scripted models -------------------------------------------------------
-def render(template: str, **variables: Any) -> str:
-    """Render a jinja2 template with ``StrictUndefined`` (an unknown variable is an error)."""
-    from jinja2 import StrictUndefined, Template
-
-    return Template(template, undefined=StrictUndefined, keep_trailing_newline=True).render(**variables)
-
-
-def tool_call(call_id: str, command: str) -> dict[str, Any]:
-    """One OpenAI-style ``bash`` tool call."""
-    return {"id": call_id, "type": "function",
-            "function": {"name": BASH_TOOL_NAME, "arguments": json.dumps({"command": command})}}
-
-
 def toolcall_message(commands: list[str], ids: list[str], *, content: str = "", cost: float = 0.0,
                      **extra: Any) -> dict[str, Any]:
     """An assistant message calling ``bash`` once per command, with ``extra.actions`` filled in."""
@@ -56,51 +45,10 @@ def toolcall_message(commands: list[str], ids: list[str], *, content: str = "", 
             "extra": {"actions": actions, "cost": cost, "timestamp": time.time(), **extra}}
 
 
-def actions_from_tool_calls(tool_calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``[{"command", "tool_call_id"}]`` from OpenAI-style tool calls.
-
-    Raises:
-        ValueError: an unknown tool, arguments that are not JSON, or no ``command`` argument.
-    """
-    actions = []
-    for call in tool_calls:
-        function = call.get("function") or {}
-        if function.get("name") != BASH_TOOL_NAME:
-            raise ValueError(f"unknown tool {function.get('name')!r} (the only tool is {BASH_TOOL_NAME!r})")
-        arguments = function.get("arguments") or "{}"
-        try:
-            args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-        except ValueError as exc:
-            raise ValueError(f"the arguments of tool call {call.get('id')} are not JSON: {exc}") from None
-        if not isinstance(args, dict) or not isinstance(args.get("command"), str):
-            raise ValueError(f"tool call {call.get('id')} has no 'command' string argument")
-        actions.append({"command": args["command"], "tool_call_id": call.get("id")})
-    return actions
-
-
-def tool_observation_messages(message: dict[str, Any], outputs: list[dict[str, Any]], template: str,
-                              template_vars: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """One ``tool`` message per action of ``message``, rendering ``template`` with ``output``.
-
-    ``extra`` stays lean: returncode, exception_info and the execute ``extra`` facts, not a second
-    copy of the output.
-    """
-    actions = (message.get("extra") or {}).get("actions") or []
-    variables = dict(template_vars or {})
-    messages = []
-    for action, output in zip(actions, outputs):
-        variables["output"] = output
-        extra = {"returncode": output.get("returncode"), "timestamp": time.time(), **(output.get("extra") or {})}
-        if output.get("exception_info"):
-            extra["exception_info"] = output["exception_info"]
-        messages.append({"role": "tool", "tool_call_id": action.get("tool_call_id"),
-                         "content": render(template, **variables), "extra": extra})
-    return messages
-
-
 def format_error(template: str, error: str, **extra: Any) -> FormatError:
     """A ``FormatError`` carrying the user message that tells the model what went wrong."""
-    return FormatError({"role": "user", "content": render(template, error=error),
+    content = render_template(template, {"error": error}, where="model.format_error_template")
+    return FormatError({"role": "user", "content": content,
                         "extra": {"interrupt_type": "FormatError", **extra}})
 
 
@@ -179,12 +127,12 @@ class DeterministicModel:
             raise TypeError(f"DeterministicModel: cannot use scripted output {output!r}")
         message = {"role": "assistant", **json.loads(json.dumps(output))}
         extra = message.setdefault("extra", {})
-        if "actions" not in extra:
-            try:
-                extra["actions"] = actions_from_tool_calls(message.get("tool_calls") or [])
-            except ValueError as exc:
-                raise format_error(self.config.format_error_template, str(exc), model_response=message) from None
-        if not extra["actions"]:
+        if "actions" not in extra and message.get("tool_calls"):
+            actions, problems = parse_tool_calls(message["tool_calls"])
+            if problems:
+                raise format_error(self.config.format_error_template, "; ".join(problems), model_response=message)
+            extra["actions"] = actions
+        if not extra.setdefault("actions", []):
             raise format_error(self.config.format_error_template, "the reply has no tool call",
                                model_response=message)
         extra.setdefault("cost", cost)
@@ -193,8 +141,8 @@ class DeterministicModel:
 
     def format_observation_messages(self, message: dict[str, Any], outputs: list[dict[str, Any]],
                                     template_vars: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-        """One ``tool`` message per action of ``message`` (see ``tool_observation_messages``)."""
-        return tool_observation_messages(message, outputs, self.config.observation_template, template_vars)
+        """One ``tool`` message per action of ``message`` (see ``actions.format_observation_messages``)."""
+        return format_observation_messages(message, outputs, self.config.observation_template, template_vars)
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:
         """The config fields except the script itself, plus ``kwargs``."""

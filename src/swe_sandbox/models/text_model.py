@@ -14,13 +14,10 @@ messages (one ``user`` message per turn) — is ``LitellmModel``'s.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
+from swe_sandbox.models.actions import parse_bash_block
 from swe_sandbox.models.litellm_model import LitellmModel, LitellmModelConfig
-
-#: A fenced block tagged bash / sh / mswea_bash_command; opening and closing fences start a line.
-ACTION_RE = re.compile(r"^```(?:bash|sh|mswea_bash_command)[ \t]*\r?\n(.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
 DEFAULT_TEXT_FORMAT_ERROR_TEMPLATE = """\
 Your last reply could not be executed: {{ error }}.
@@ -35,25 +32,6 @@ class LitellmTextModelConfig(LitellmModelConfig):
     format_error_template: str = DEFAULT_TEXT_FORMAT_ERROR_TEMPLATE
     """Jinja2 (strict) text telling the model its reply was unusable; vars: ``error``,
     ``finish_reason``, ``truncated``."""
-
-
-def parse_bash_block(content: str | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The one command of a text reply as ``[{"command", "tool_call_id": None}]``, and problems.
-
-    Args:
-        content (str | None): the reply's text; the block's last newline is not part of the command.
-
-    Returns:
-        ``(actions, [])`` with exactly one action, or ``([], [why])``.
-    """
-    blocks = [m.group(1) for m in ACTION_RE.finditer(content or "")]
-    if len(blocks) != 1:
-        return [], [f"it contains {len(blocks) or 'no'} ```bash block{'' if len(blocks) == 1 else 's'}, "
-                    "and exactly one is needed"]
-    command = blocks[0][:-1] if blocks[0].endswith("\n") else blocks[0]
-    if not command.strip():
-        return [], ["its ```bash block is empty"]
-    return [{"command": command, "tool_call_id": None}], []
 
 
 class LitellmTextModel(LitellmModel):

@@ -1,0 +1,30 @@
+"""The shipped presets (``environments/*.yaml``) list only what differs from their backend's
+config defaults, under a comment saying what the preset is; they stay valid configs."""
+
+from __future__ import annotations
+
+import pytest
+
+from swe_sandbox.config import data_dir, load_yaml, preset_names, validate
+from swe_sandbox.environments import BACKENDS, environment_class
+
+
+def test_every_builtin_backend_has_a_preset():
+    assert set(BACKENDS) <= set(preset_names())
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_preset_lists_only_what_differs_from_the_defaults(name):
+    data = load_yaml(data_dir("environments") / f"{name}.yaml")
+    assert data.get("backend") == name
+    config_class = environment_class(name).config_class
+    defaults = validate(config_class, {"backend": name}, section="environment")
+    preset = validate(config_class, data, section="environment")
+    same = [key for key in data if key != "backend" and getattr(preset, key) == getattr(defaults, key)]
+    assert not same, f"environments/{name}.yaml: {same} equal {config_class.__name__}'s defaults; drop them"
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_a_preset_says_what_it_is(name):
+    first = (data_dir("environments") / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[0]
+    assert first.startswith(f'# Backend "{name}": ')
