@@ -17,7 +17,8 @@ import tempfile
 from pathlib import Path
 
 from swe_sandbox.agent import DefaultAgent, demo, load_run_config
-from swe_sandbox.agent.cli import build_environment, environment_config
+from swe_sandbox.cli.prepare import environment_config
+from swe_sandbox.workspace import build_environment
 from swe_sandbox.models.test_models import DeterministicModel, tool_call
 
 _TURNS = iter(range(1, 100))

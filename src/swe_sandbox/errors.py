@@ -18,7 +18,7 @@
         └── TimeExceeded             wall-time limit reached
     BaseException
     └── KeyboardInterrupt
-        └── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.signals``)
+        └── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.cli.signals``)
 
 A command that fails (non-zero exit, timeout, missing ``cwd``) is *not* an exception: it is a
 result dict with ``returncode`` and ``exception_info`` set (DESIGN.md §1). Exceptions are for the
