@@ -25,13 +25,20 @@ class PullDisplay:
     """Shows the pulls it is told about (call it with a ``PullProgress``); thread-safe."""
 
     def __init__(self, console: "Console | None" = None):
-        from rich.console import Console
-
-        self.console = console or Console(stderr=True, highlight=False)
+        self._console = console  # default: stderr, made at the first pull (most commands pull nothing)
         self.lock = threading.Lock()
         self.bars: Any = None  # a rich Progress while a pull is shown on a terminal
         self.tasks: dict[tuple[str, str], Any] = {}
         self.started: dict[tuple[str, str], float] = {}
+
+    @property
+    def console(self) -> "Console":
+        """Where the pulls are shown: the console given, else a rich console on stderr."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+        return self._console
 
     def __call__(self, progress: "PullProgress") -> None:
         key = (progress.engine, progress.image)
