@@ -343,6 +343,13 @@ def test_check_without_env_passes_when_only_a_backend_needing_a_target_fails(mon
     text = " ".join(result.stdout.split())
     assert result.exit_code == 0, text
     assert "ssh: FAIL" in text and "not counted: check it with --env FILE" in text
+    assert "(plugin)" not in text and "(needs a target)" in text  # ssh is built in, not a plugin
+
+
+def test_only_entry_point_backends_are_labelled_plugins(monkeypatch):
+    monkeypatch.setattr(check, "needs_target", lambda name: name == "ssh")
+    assert check.not_counted_label("ssh") == check.NEEDS_TARGET
+    assert check.not_counted_label("toy-third-party") == check.PLUGIN
 
 
 def _fake_check(real):
@@ -387,6 +394,22 @@ def test_help_imports_nothing_heavy():
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "[]"
     assert "exec" in done.stdout
+
+
+def test_a_command_loads_only_its_own_family():
+    """``exec`` neither imports the agent's commands nor the batch's (the group loads them lazily)."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['swe-sandbox', 'exec', '--help']\n"
+        "from swe_sandbox.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "others = ['swe_sandbox.cli.run', 'swe_sandbox.cli.batch', 'swe_sandbox.cli.engines', 'swe_sandbox.agent']\n"
+        "print(sorted(m for m in others if m in sys.modules), file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "[]"
+    assert "COMMAND" in done.stdout
 
 
 def test_import_swe_sandbox_imports_no_sdk():

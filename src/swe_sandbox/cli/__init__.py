@@ -10,6 +10,8 @@ module         what
 ``batch``      ``batch``, ``eval``, ``report``: many tasks
 ``check``      ``check``: is each backend usable here?
 ``engines``    ``gc``, ``image build``, ``image pull``: the container engines' housekeeping
+               (``image_pull``: the pulls; ``pull_display``: their progress, also for
+               ``exec`` and ``run``)
 ``exit_codes`` the exit statuses of every command, in one table
 ``guard``      swe-sandbox's errors as one stderr line and an exit status
 ``signals``    SIGTERM / SIGHUP handled as Ctrl-C

@@ -46,11 +46,12 @@ what they did, or let a model fix a task there (run).
 {EXIT_CODES_HELP}"""
 
 
-def load_command(name: str) -> typer.core.click.Command:  # type: ignore[name-defined]
+def load_command(name: str) -> Any:
     """The click command (or group, for ``image``) ``name``, built from its family's typer app.
 
     Raises:
         KeyError: ``name`` is not in ``COMMANDS``.
+        LookupError: its module's ``app`` does not define it (a mistake in ``COMMANDS``).
     """
     family = importlib.import_module(f"swe_sandbox.cli.{COMMANDS[name]}").app
     options = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
@@ -60,7 +61,7 @@ def load_command(name: str) -> typer.core.click.Command:  # type: ignore[name-de
     for group in family.registered_groups:
         if group.name == name:
             return typer.main.get_group_from_info(group, suggest_commands=app.suggest_commands, **options)
-    raise KeyError(name)
+    raise LookupError(f"swe_sandbox.cli.{COMMANDS[name]} defines no command {name!r}")
 
 
 class LazyCommands(MutableMapping):
@@ -95,6 +96,7 @@ class LazyGroup(TyperGroup):
         self.commands = LazyCommands()
 
     def list_commands(self, ctx: Any) -> list[str]:
+        """The command names in help order (``COMMANDS``), none of them loaded."""
         return list(self.commands)
 
 

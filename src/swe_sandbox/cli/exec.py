@@ -127,7 +127,7 @@ def exec_command(
 
     def body() -> int:
         from swe_sandbox import Submitted, get_environment
-        from swe_sandbox.pull_display import show_pulls
+        from swe_sandbox.cli.pull_display import show_pulls
 
         environment = get_environment(env, overrides=list(overrides or []))
         with show_pulls(), environment:  # the image's pull (if it has to be pulled) on stderr

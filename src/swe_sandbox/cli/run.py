@@ -128,7 +128,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     def warn(text: str) -> None:
         console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)  # one line
 
-    from swe_sandbox.pull_display import show_pulls
+    from swe_sandbox.cli.pull_display import show_pulls
     from swe_sandbox.workspace import build_environment
 
     with show_pulls(console):  # the sandbox's image, when it has to be pulled

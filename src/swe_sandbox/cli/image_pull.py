@@ -3,7 +3,7 @@
 Each image is pulled as a sandbox of the environment config would pull it (``image_pull``:
 ``missing`` skips images already there, ``always`` pulls each again, ``never`` only checks;
 ``pull_timeout``, the engine's credentials, TLS skipped for loopback registries), ``workers`` at
-once, with progress (``swe_sandbox.pull_display``). A failure does not stop the others; the summary
+once, with progress (``swe_sandbox.cli.pull_display``). A failure does not stop the others; the summary
 names each failed image, its cause and the instances that need it.
 """
 
