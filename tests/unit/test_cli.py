@@ -380,36 +380,34 @@ def test_python_dash_m_swe_sandbox_exec_and_exit_codes():
     assert_one_clean_line(done.stderr)
 
 
-def test_help_imports_nothing_heavy():
-    """``swe-sandbox --help`` must stay fast: no config models, YAML, rich, or backend modules."""
+def loaded_by_the_cli(argv: list[str], modules: list[str]) -> tuple[str, list[str]]:
+    """Run ``swe-sandbox ARGV`` in a fresh interpreter: its stdout, and which of ``modules`` it imported."""
     code = (
         "import sys\n"
-        "sys.argv = ['swe-sandbox', '--help']\n"
+        f"sys.argv = ['swe-sandbox', *{argv!r}]\n"
         "from swe_sandbox.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = ['swe_sandbox.config', 'swe_sandbox.environments', 'yaml', 'rich', 'litellm', 'docker']\n"
-        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+        f"print(sorted(m for m in {modules!r} if m in sys.modules), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == "[]"
-    assert "exec" in done.stdout
+    return done.stdout, json.loads(done.stderr.strip().replace("'", '"'))
+
+
+def test_help_imports_nothing_heavy():
+    """``swe-sandbox --help`` must stay fast: no config models, YAML, rich, or backend modules."""
+    heavy = ["swe_sandbox.config", "swe_sandbox.environments", "yaml", "rich", "litellm", "docker"]
+    stdout, loaded = loaded_by_the_cli(["--help"], heavy)
+    assert loaded == []
+    assert "exec" in stdout
 
 
 def test_a_command_loads_only_its_own_family():
     """``exec`` neither imports the agent's commands nor the batch's (the group loads them lazily)."""
-    code = (
-        "import sys\n"
-        "sys.argv = ['swe-sandbox', 'exec', '--help']\n"
-        "from swe_sandbox.cli import main\n"
-        "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "others = ['swe_sandbox.cli.run', 'swe_sandbox.cli.batch', 'swe_sandbox.cli.engines', 'swe_sandbox.agent']\n"
-        "print(sorted(m for m in others if m in sys.modules), file=sys.stderr)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == "[]"
-    assert "COMMAND" in done.stdout
+    others = ["swe_sandbox.cli.run", "swe_sandbox.cli.batch", "swe_sandbox.cli.engines", "swe_sandbox.agent"]
+    stdout, loaded = loaded_by_the_cli(["exec", "--help"], others)
+    assert loaded == []
+    assert "COMMAND" in stdout
 
 
 def test_import_swe_sandbox_imports_no_sdk():
