@@ -40,16 +40,17 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
     "Usable" means the backend can run here *with this config*: a sandbox that does not start
     because of ``BackendUnavailable`` (e.g. ``bwrap_path`` names no binary) is not usable.
 
+    Returns:
+        dict: ``backend``, ``usable`` (bool), ``isolation``, ``steps`` (``[(good, text)]``), ``ok``
+        (bool), and ``reason`` when it is not usable.
+
     Raises:
         ConfigError: only with ``raise_config_errors`` (the config or ``overrides`` are invalid);
             otherwise a config error is the row's reason.
     """
-    import statistics
-    import time
-
     from swe_sandbox import get_environment
     from swe_sandbox.environments import environment_class
-    from swe_sandbox.errors import BackendUnavailable, ConfigError
+    from swe_sandbox.errors import ConfigError
 
     row: dict[str, Any] = {"backend": name, "usable": False, "isolation": "", "steps": [], "ok": False}
     try:
@@ -66,7 +67,7 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
         row["reason"] = one_line(reason)
         return row
     try:
-        environment: Environment | None = get_environment(spec, overrides=list(overrides or []))
+        environment = get_environment(spec, overrides=list(overrides or []))
     except ConfigError as exc:
         if raise_config_errors:
             raise
@@ -76,6 +77,17 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
         row["reason"] = f"{type(exc).__name__}: {one_line(str(exc))}"
         return row
     row["isolation"] = getattr(environment, "isolation", "") or row["isolation"]  # per config (ssh + bwrap)
+    _self_check(environment, row)
+    row["ok"] = bool(row["steps"]) and all(good for good, _ in row["steps"])
+    return row
+
+
+def _self_check(environment: "Environment", row: dict[str, Any]) -> None:
+    """Start ``environment``, run the checks into ``row["steps"]``, close it; set ``usable`` / ``reason``."""
+    import time
+
+    from swe_sandbox.errors import BackendUnavailable
+
     steps = row["steps"]
     try:
         t0 = time.perf_counter()
@@ -83,42 +95,55 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
             environment.start()
         except BackendUnavailable as exc:  # not usable with this config (e.g. no such bwrap_path)
             row["reason"] = one_line(str(exc)) or "BackendUnavailable"
-            return row
+            return
         row["usable"] = True
         steps.append((True, f"start {1000 * (time.perf_counter() - t0):.0f} ms"))
-
-        r = environment.execute({"command": "echo ok"}, timeout=30)
-        good = r["returncode"] == 0 and r["output"] == "ok\n"
-        steps.append((good, "echo ok" if good else f"echo ok: got {r['output']!r}, returncode {r['returncode']}"))
-
-        t0 = time.perf_counter()
-        r = environment.execute({"command": "sleep 5"}, timeout=1)
-        took = time.perf_counter() - t0
-        good = bool(r["extra"].get("timed_out")) and r["returncode"] == -1 and took <= TIMEOUT_CHECK_LIMIT_S
-        steps.append((good, f"1 s timeout on sleep 5: back in {took:.2f} s"
-                            + ("" if r["extra"].get("timed_out") else ", NOT timed out")))
-
-        times = []
-        codes = set()
-        for _ in range(ROUND_TRIPS + 2):
-            t0 = time.perf_counter()
-            codes.add(environment.execute({"command": "true"}, timeout=30)["returncode"])
-            times.append(time.perf_counter() - t0)
-        median = statistics.median(times[2:])  # first two: warm-up
-        steps.append((codes == {0}, f"`true` round trip {1000 * median:.1f} ms (median)"))
+        for step in (_echo_step, _timeout_step, _round_trip_step):
+            steps.append(step(environment))
     except Exception as exc:
         problem = f"{type(exc).__name__}: {one_line(str(exc))}".rstrip(": ")
         steps.append((False, problem))
         if not row["usable"]:  # it failed to start: that is why it is not usable
             row["reason"] = problem
     finally:
-        if environment is not None:
-            try:
-                environment.close()
-            except Exception as exc:
-                steps.append((False, f"close failed: {type(exc).__name__}: {one_line(str(exc))}"))
-    row["ok"] = bool(steps) and all(good for good, _ in steps)
-    return row
+        try:
+            environment.close()
+        except Exception as exc:
+            steps.append((False, f"close failed: {type(exc).__name__}: {one_line(str(exc))}"))
+
+
+def _echo_step(environment: "Environment") -> tuple[bool, str]:
+    """``echo ok`` prints ``ok`` and exits 0."""
+    r = environment.execute({"command": "echo ok"}, timeout=30)
+    good = r["returncode"] == 0 and r["output"] == "ok\n"
+    return good, "echo ok" if good else f"echo ok: got {r['output']!r}, returncode {r['returncode']}"
+
+
+def _timeout_step(environment: "Environment") -> tuple[bool, str]:
+    """A 1-second timeout on ``sleep 5`` returns, timed out, within ``TIMEOUT_CHECK_LIMIT_S``."""
+    import time
+
+    t0 = time.perf_counter()
+    r = environment.execute({"command": "sleep 5"}, timeout=1)
+    took = time.perf_counter() - t0
+    good = bool(r["extra"].get("timed_out")) and r["returncode"] == -1 and took <= TIMEOUT_CHECK_LIMIT_S
+    return good, f"1 s timeout on sleep 5: back in {took:.2f} s" + ("" if r["extra"].get("timed_out")
+                                                                   else ", NOT timed out")
+
+
+def _round_trip_step(environment: "Environment") -> tuple[bool, str]:
+    """``ROUND_TRIPS`` runs of ``true`` (after two warm-up runs) all exit 0; their median time."""
+    import statistics
+    import time
+
+    times = []
+    codes = set()
+    for _ in range(ROUND_TRIPS + 2):
+        t0 = time.perf_counter()
+        codes.add(environment.execute({"command": "true"}, timeout=30)["returncode"])
+        times.append(time.perf_counter() - t0)
+    median = statistics.median(times[2:])  # first two: warm-up
+    return codes == {0}, f"`true` round trip {1000 * median:.1f} ms (median)"
 
 
 def needs_target(name: str) -> bool:
