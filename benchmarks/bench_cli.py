@@ -81,9 +81,11 @@ def methods(args: argparse.Namespace) -> dict[str, functools.partial]:
             if "docker" in name and not args.docker:
                 continue
             key = name + suffix
-            calls[key] = functools.partial(run_process, key, [sys.executable, "-m", "swe_sandbox", *words], cli_env(src))
+            argv = [sys.executable, "-m", "swe_sandbox", *words]
+            calls[key] = functools.partial(run_process, key, argv, cli_env(src))
     if args.docker:
-        calls["docker run"] = functools.partial(run_process, "docker run", ["docker", "run", "--rm", IMAGE, "true"], None)
+        argv = ["docker", "run", "--rm", IMAGE, "true"]
+        calls["docker run"] = functools.partial(run_process, "docker run", argv, None)
     return calls
 
 
@@ -95,7 +97,8 @@ def print_table(samples: dict[str, list[float]], warmup: int) -> None:
         vs_docker = f"{median_ms(xs) / docker:13.2f}x" if docker and "docker" in key and key != "docker run" else ""
         other = samples.get(f"{key} (compare)")
         vs_compare = f"{median_ms(xs) / median_ms(other):10.2f}x" if other else ""
-        print(f"  {key:28} {median_ms(xs) / 1000:9.3f} {p90_ms(xs) / 1000:8.3f} {cpu:8.3f} {vs_docker:>14} {vs_compare:>11}")
+        times = f"{median_ms(xs) / 1000:9.3f} {p90_ms(xs) / 1000:8.3f} {cpu:8.3f}"
+        print(f"  {key:28} {times} {vs_docker:>14} {vs_compare:>11}")
 
 
 def print_verdicts(samples: dict[str, list[float]]) -> None:
@@ -125,7 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("bwrap",) + (("docker",) if args.docker else ()):
         reason = environment_class(name).unavailable_reason()
         if reason:
-            raise SystemExit(f"{name} is not usable here: {reason}" + (" (try --no-docker)" if name == "docker" else ""))
+            hint = " (try --no-docker)" if name == "docker" else ""
+            raise SystemExit(f"{name} is not usable here: {reason}{hint}")
     print(f"swe-sandbox CLI start benchmark: n={args.n} per method (after {args.warmup} warm-up rounds), "
           f"Python {platform.python_version()}, {platform.system()} {platform.release()}, {os.cpu_count()} CPUs, "
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -135,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     samples, _ = round_robin(methods(args), args.n, args.warmup)
     print_table(samples, args.warmup)
     print_verdicts(samples)
-    print(f"took {time.perf_counter() - started:.0f} s; load at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"took {time.perf_counter() - started:.0f} s; load at the end: {load}")
     return 0
 
 

@@ -54,13 +54,14 @@ def load_command(name: str) -> Any:
         LookupError: its module's ``app`` does not define it (a mistake in ``COMMANDS``).
     """
     family = importlib.import_module(f"swe_sandbox.cli.{COMMANDS[name]}").app
-    options = {"pretty_exceptions_short": app.pretty_exceptions_short, "rich_markup_mode": app.rich_markup_mode}
+    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
     for info in family.registered_commands:
         if info.name == name:
-            return typer.main.get_command_from_info(info, **options)
+            return typer.main.get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=markup)
     for group in family.registered_groups:
         if group.name == name:
-            return typer.main.get_group_from_info(group, suggest_commands=app.suggest_commands, **options)
+            return typer.main.get_group_from_info(group, pretty_exceptions_short=short, rich_markup_mode=markup,
+                                                  suggest_commands=app.suggest_commands)
     raise LookupError(f"swe_sandbox.cli.{COMMANDS[name]} defines no command {name!r}")
 
 

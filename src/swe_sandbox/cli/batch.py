@@ -165,9 +165,9 @@ def batch_command(
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
-        from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
         from swe_sandbox.agent.config import load_run_config
         from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
 
         tasks = select_tasks(load_task_file(tasks_file, image_template), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
@@ -261,10 +261,10 @@ def eval_command(
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
-        from swe_sandbox.cli.prepare import require_usable
         from swe_sandbox.batch.eval_run import match_predictions, run_eval
         from swe_sandbox.batch.predictions import load_predictions
         from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.cli.prepare import require_usable
         from swe_sandbox.config import apply_overrides, load_environment_config
 
         tasks = load_task_file(tasks_file, image_template)

@@ -48,9 +48,9 @@ def collect_images(sources: list[str], image_template: str | None = None) -> dic
     Raises:
         TaskFileError: a task file that does not load, or names no image at all.
     """
-    from swe_sandbox.cli.batch import load_task_file
     from swe_sandbox.batch.images import images_of
     from swe_sandbox.batch.tasks import TaskFileError
+    from swe_sandbox.cli.batch import load_task_file
 
     found: dict[str, list[str]] = {}
     for source in sources:

@@ -11,7 +11,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional, List
+from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
 import typer
 
