@@ -47,6 +47,15 @@ def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = 
     return CliAgent(model, env, **config)
 
 
+def warn(console: "Console", text: str) -> None:
+    """``warning: TEXT`` on one line of ``console``, control characters escaped."""
+    from rich.text import Text
+
+    from swe_sandbox.terminal import escape_controls
+
+    console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)
+
+
 def show_query(console: "Console", step: int, cost: float, message: dict[str, Any],
                secrets: Iterable[str] = ()) -> None:
     """One header line per step, and the model's text (cut to a few lines), secrets masked, control

@@ -93,3 +93,26 @@ def require_usable(backend: str) -> None:
     if reason:
         hint = "" if backend == "local" else LOCAL_HINT
         raise BackendUnavailable(f"{backend}: {reason}{hint}")
+
+
+def prepare_run(config: dict[str, Any], env_spec: str, output: Path) -> tuple[Any, dict[str, Any]]:
+    """Check a run's config before anything runs, then make its model.
+
+    Returns:
+        tuple: ``(model, environment config)``: the model made from ``config["model"]``; the
+        environment config (``env_spec`` with the run config's ``environment`` on top).
+
+    Raises:
+        ConfigError: an invalid ``agent``/``model``/``environment`` section, or an unusable ``output``.
+        BackendUnavailable: the backend cannot run here.
+    """
+    from swe_sandbox.agent.default import AgentConfig
+    from swe_sandbox.config import validate
+    from swe_sandbox.models import get_model
+
+    validate(AgentConfig, {**config["agent"], "output_path": output}, section="agent")
+    check_output_path(output)
+    check_model_config(config["model"])
+    data = environment_config(env_spec, config["environment"])
+    require_usable(str(data.get("backend")))
+    return get_model(config["model"]), data

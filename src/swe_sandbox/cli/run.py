@@ -7,6 +7,7 @@ first is in ``prepare``, what they show in ``display``.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 import tempfile
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
 import typer
 
-from swe_sandbox.cli.display import make_cli_agent, progress_console, progress_console_stdout, show_summary
+from swe_sandbox.cli.display import make_cli_agent, progress_console, progress_console_stdout, show_summary, warn
 from swe_sandbox.cli.exit_codes import (
     EXIT_BACKEND_UNAVAILABLE,
     EXIT_FAILED,
@@ -28,10 +29,9 @@ from swe_sandbox.cli.exit_codes import (
 from swe_sandbox.cli.guard import guarded
 from swe_sandbox.cli.prepare import (
     DEFAULT_RUNS_DIR,
-    check_model_config,
-    check_output_path,
     default_output_path,
     environment_config,
+    prepare_run,
     read_task,
     require_usable,
     submission_path,
@@ -111,28 +111,12 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         KeyboardInterrupt: after the trajectory was saved and the sandbox removed (also
             ``errors.Terminated``, for SIGTERM / SIGHUP).
     """
-    from rich.text import Text
-
-    from swe_sandbox.agent.default import AgentConfig
-    from swe_sandbox.config import validate
-    from swe_sandbox.models import get_model
-    from swe_sandbox.terminal import escape_controls
-
-    validate(AgentConfig, {**config["agent"], "output_path": output}, section="agent")
-    check_output_path(output)
-    check_model_config(config["model"])
-    data = environment_config(env_spec, config["environment"])
-    require_usable(str(data.get("backend")))
-    model = get_model(config["model"])
-
-    def warn(text: str) -> None:
-        console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)  # one line
-
     from swe_sandbox.cli.pull_display import show_pulls
     from swe_sandbox.workspace import build_environment
 
+    model, data = prepare_run(config, env_spec, output)
     with show_pulls(console):  # the sandbox's image, when it has to be pulled
-        environment, scratch = build_environment(data, workspace, warn)
+        environment, scratch = build_environment(data, workspace, functools.partial(warn, console))
         try:
             with environment:
                 agent = make_cli_agent(model, environment, console, confirm=confirm,
@@ -141,7 +125,19 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
+    return status, finish_run(agent, status, submission, output, console)
+
+
+def finish_run(agent: Any, status: str, submission: str, output: Path, console: "Console") -> str:
+    """Save the submission beside the trajectory (``Submitted``), else show the agent's last message.
+
+    Returns:
+        str: the submission as saved (secrets masked, as in the trajectory), else ``submission``.
+    """
+    from rich.text import Text
+
     from swe_sandbox.redact import redact
+    from swe_sandbox.terminal import escape_controls
 
     if status == "Submitted":
         from swe_sandbox.agent.trajectory import atomic_write_text
@@ -151,7 +147,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     elif agent.messages and agent.messages[-1].get("content"):
         content = redact(str(agent.messages[-1]["content"]), agent.known_secrets())
         console.print(Text(f"{status}: ", style="red") + Text(escape_controls(content)))
-    return status, submission
+    return submission
 
 
 def stdin_is_tty() -> bool:
@@ -232,6 +228,40 @@ def best_backend(console: "Console") -> str:
     return "local"
 
 
+def replay_demo(backend: str, workdir: Path, output: Path | None, console: "Console") -> int:
+    """The demo in ``workdir``: the buggy repository, the replayed run on ``backend``, the verdict.
+
+    Returns:
+        int: ``EXIT_OK`` when the submitted fix applies and the doctests pass, else ``EXIT_FAILED``.
+
+    Raises:
+        RuntimeError: git failed, or this Jinja2 has no line to inject the bug into.
+    """
+    from swe_sandbox.agent import demo as demo_task
+    from swe_sandbox.agent.config import load_run_config
+
+    out = progress_console_stdout()
+    repo = demo_task.make_repo(workdir / "jinja2")
+    before = demo_task.run_check(repo)
+    out.print(f"Jinja2 {demo_task.package_version()} copied from the installed package into a fresh git "
+              f"repository, with a bug injected in {demo_task.BUG_FILE}: its doctests "
+              f"{'FAIL' if not before.ok else 'pass (?)'}. Replaying the recorded fix on '{backend}'.",
+              highlight=False, markup=False)
+    config = load_run_config(None, [])
+    config["model"] = {"model_class": "replay", "trajectory": str(demo_task.TRAJECTORY)}
+    path = output or workdir / "demo.traj.json"
+    status, submission = run_agent(config, demo_task.task_text(), backend, workspace=repo, output=path,
+                                   console=console)
+    show_summary(out, status, submission, path)
+    if status != "Submitted":
+        return EXIT_FAILED
+    verdict = demo_task.verify_submission(submission, workdir / "verify")
+    out.print(verdict.output.rstrip(), highlight=False, markup=False)
+    out.print("[bold green]verified[/]: the fix applies and the doctests pass" if verdict.ok
+              else "[bold red]NOT verified[/]", highlight=False)
+    return EXIT_OK if verdict.ok else EXIT_FAILED
+
+
 @app.command("demo", help=DEMO_HELP)
 def demo(
     env: Annotated[Optional[str], typer.Option("--env", "-e", metavar="NAME|FILE",
@@ -246,34 +276,12 @@ def demo(
     """Replay the bundled Jinja2 fix and verify it (see DEMO_HELP)."""
 
     def body() -> int:
-        from swe_sandbox.agent import demo as demo_task
-        from swe_sandbox.agent.config import load_run_config
-
         console = progress_console()
-        out = progress_console_stdout()
         backend = env or best_backend(console)
         require_usable(str(environment_config(backend, {}).get("backend")))  # a bad --env: nothing printed yet
         workdir = Path(tempfile.mkdtemp(prefix="swe-sandbox-demo-"))
         try:
-            repo = demo_task.make_repo(workdir / "jinja2")
-            before = demo_task.run_check(repo)
-            out.print(f"Jinja2 {demo_task.package_version()} copied from the installed package into a fresh git "
-                      f"repository, with a bug injected in {demo_task.BUG_FILE}: its doctests "
-                      f"{'FAIL' if not before.ok else 'pass (?)'}. Replaying the recorded fix on '{backend}'.",
-                      highlight=False, markup=False)
-            config = load_run_config(None, [])
-            config["model"] = {"model_class": "replay", "trajectory": str(demo_task.TRAJECTORY)}
-            path = output or workdir / "demo.traj.json"
-            status, submission = run_agent(config, demo_task.task_text(), backend, workspace=repo,
-                                           output=path, console=console)
-            show_summary(out, status, submission, path)
-            if status != "Submitted":
-                return EXIT_FAILED
-            verdict = demo_task.verify_submission(submission, workdir / "verify")
-            out.print(verdict.output.rstrip(), highlight=False, markup=False)
-            out.print("[bold green]verified[/]: the fix applies and the doctests pass" if verdict.ok
-                      else "[bold red]NOT verified[/]", highlight=False)
-            return EXIT_OK if verdict.ok else EXIT_FAILED
+            return replay_demo(backend, workdir, output, console)
         except KeyboardInterrupt as exc:
             code, what = interrupt_exit(exc)
             echo_err(f"swe-sandbox: {what}")
