@@ -127,10 +127,10 @@ def exec_command(
 
     def body() -> int:
         from swe_sandbox import Submitted, get_environment
-        from swe_sandbox.cli.pull_display import show_pulls
+        from swe_sandbox.cli.pull_display import show_pulls_of
 
         environment = get_environment(env, overrides=list(overrides or []))
-        with show_pulls(), environment:  # the image's pull (if it has to be pulled) on stderr
+        with show_pulls_of(environment), environment:  # the image's pull (if it has to be pulled) on stderr
             try:
                 result = environment.execute({"command": text}, cwd=cwd, timeout=timeout)
                 submission = None

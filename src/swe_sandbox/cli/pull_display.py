@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
+    from swe_sandbox.environments.base import Environment
     from swe_sandbox.environments.pull_progress import PullProgress
 
 
@@ -96,3 +97,9 @@ def show_pulls(console: "Console | None" = None) -> Iterator[PullDisplay]:
     display = PullDisplay(console)
     with report_pulls(display):
         yield display
+
+
+def show_pulls_of(environment: "Environment") -> AbstractContextManager[Any]:
+    """``show_pulls()`` when ``environment`` may pull an image (its config has an ``image_pull``
+    policy: docker, podman), else nothing: the pull machinery is not even imported."""
+    return show_pulls() if hasattr(environment.config, "image_pull") else nullcontext()
