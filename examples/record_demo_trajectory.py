@@ -18,8 +18,8 @@ from pathlib import Path
 
 from swe_sandbox.agent import DefaultAgent, demo, load_run_config
 from swe_sandbox.cli.prepare import environment_config
-from swe_sandbox.workspace import build_environment
 from swe_sandbox.models.test_models import DeterministicModel, tool_call
+from swe_sandbox.workspace import build_environment
 
 _TURNS = iter(range(1, 100))
 
