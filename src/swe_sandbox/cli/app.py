@@ -10,12 +10,13 @@ batch's twenty options, and ``--help`` lists the commands without starting any o
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP
 
@@ -46,23 +47,53 @@ what they did, or let a model fix a task there (run).
 {EXIT_CODES_HELP}"""
 
 
-def load_command(name: str) -> Any:
-    """The click command (or group, for ``image``) ``name``, built from its family's typer app.
+def command_info(name: str) -> tuple[str, Any]:
+    """``("command", CommandInfo)`` or ``("group", TyperInfo)``: how ``name``'s family app declares it.
 
     Raises:
         KeyError: ``name`` is not in ``COMMANDS``.
         LookupError: its module's ``app`` does not define it (a mistake in ``COMMANDS``).
     """
     family = importlib.import_module(f"swe_sandbox.cli.{COMMANDS[name]}").app
-    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
     for info in family.registered_commands:
         if info.name == name:
-            return typer.main.get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=markup)
+            return "command", info
     for group in family.registered_groups:
         if group.name == name:
-            return typer.main.get_group_from_info(group, pretty_exceptions_short=short, rich_markup_mode=markup,
-                                                  suggest_commands=app.suggest_commands)
+            return "group", group
     raise LookupError(f"swe_sandbox.cli.{COMMANDS[name]} defines no command {name!r}")
+
+
+def load_command(name: str) -> Any:
+    """The click command (or group, for ``image``) ``name``, built from its family's typer app.
+
+    Raises:
+        KeyError: ``name`` is not in ``COMMANDS``.
+        LookupError: its module's ``app`` does not define it.
+    """
+    kind, info = command_info(name)
+    short, markup = app.pretty_exceptions_short, app.rich_markup_mode
+    if kind == "command":
+        return typer.main.get_command_from_info(info, pretty_exceptions_short=short, rich_markup_mode=markup)
+    return typer.main.get_group_from_info(info, pretty_exceptions_short=short, rich_markup_mode=markup,
+                                          suggest_commands=app.suggest_commands)
+
+
+def summary_command(name: str) -> Any:
+    """Command ``name`` with its help texts and no parameters: all the group's command list needs
+    (the short help), without building the command's options.
+
+    Raises:
+        KeyError, LookupError: as ``command_info``.
+    """
+    kind, info = command_info(name)
+    if kind == "command":
+        text = inspect.getdoc(info.callback) if info.help is None else inspect.cleandoc(info.help)
+    else:
+        info = typer.main.solve_typer_info_defaults(info)
+        text = info.help
+    return TyperCommand(name=name, help=text, short_help=info.short_help, hidden=info.hidden,
+                        deprecated=info.deprecated)
 
 
 class LazyCommands(MutableMapping):
@@ -99,6 +130,11 @@ class LazyGroup(TyperGroup):
     def list_commands(self, ctx: Any) -> list[str]:
         """The command names in help order (``COMMANDS``), none of them loaded."""
         return list(self.commands)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list, from each command's help alone (``summary_command``)."""
+        listing = TyperGroup(name=self.name, commands={name: summary_command(name) for name in self.commands})
+        listing.format_commands(ctx, formatter)
 
 
 app = typer.Typer(
