@@ -17,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 from swe_sandbox.agent import DefaultAgent, demo, load_run_config
-from swe_sandbox.agent.cli import build_environment, environment_config
+from swe_sandbox.cli.prepare import environment_config
 from swe_sandbox.models.actions import tool_call
 from swe_sandbox.models.test_models import DeterministicModel
+from swe_sandbox.workspace import build_environment
 
 _TURNS = iter(range(1, 100))
 

@@ -21,7 +21,7 @@
         └── Submitted                the submission sentinel was printed; ``.submission`` holds the text
     BaseException
     └── KeyboardInterrupt
-        ├── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.signals``)
+        ├── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.cli.signals``)
         └── BatchAborted             a batch stopped without waiting for its rollouts (second Ctrl-C, or grace over)
 
 Every class in this tree is defined here and exported by ``swe_sandbox`` (``swe_sandbox.__all__``);

@@ -17,7 +17,7 @@ A backslash is kept as it is: a command printing the text ``\\x1b`` shows exactl
 do no more with it.
 
 ``swe-sandbox exec`` applies it when stdout (stderr) is a terminal, unless ``--raw``; the agent's
-progress and summary (``swe_sandbox.agent.cli``) always do.
+progress and summary (``swe_sandbox.cli.display``) always do.
 """
 
 from __future__ import annotations

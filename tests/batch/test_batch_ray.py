@@ -206,9 +206,9 @@ def test_cost_limit_holds_across_the_cluster(ray_cluster, bwrap_ok, calc_repo, t
 
 
 def test_ray_is_imported_only_when_asked_for_and_bare_ray_means_local():
-    from swe_sandbox.batch.cli import bare_ray_flag
+    from swe_sandbox.cli.batch import bare_ray_flag
 
-    code = ("import sys, swe_sandbox, swe_sandbox.cli, swe_sandbox.batch.driver, swe_sandbox.batch.eval_run;"
+    code = ("import sys, swe_sandbox, swe_sandbox.cli.app, swe_sandbox.cli.batch, swe_sandbox.batch.driver, swe_sandbox.batch.eval_run;"
             "print('ray' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"

@@ -49,12 +49,8 @@ def script():
 
 
 def swe_sandbox_argv() -> list[str]:
-    """The real command line: ``swe-sandbox run`` once the main app has it, else the agent's own."""
-    from swe_sandbox import cli
-
-    names = {c.name or (c.callback.__name__ if c.callback else "") for c in cli.app.registered_commands}
-    module = "swe_sandbox" if "run" in names else "swe_sandbox.agent.cli"
-    return [sys.executable, "-m", module]
+    """The real command line: ``python -m swe_sandbox``."""
+    return [sys.executable, "-m", "swe_sandbox"]
 
 
 def test_run_fixes_a_real_project_through_litellm(backend, tmp_path):

@@ -16,8 +16,8 @@ import typer
 from conftest import variant_cli_args, variant_spec
 from typer.testing import CliRunner
 
-from swe_sandbox.agent import cli as agent_cli
-from swe_sandbox.agent.cli import DEMO_HELP, RUN_HELP, demo, run
+from swe_sandbox.cli import display
+from swe_sandbox.cli.run import DEMO_HELP, RUN_HELP, demo, run
 
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"
 
@@ -183,12 +183,12 @@ def test_confirm_mode_rejects_edits_and_stops_asking(monkeypatch, tmp_path):
         asked.append(command)
         return next(answers)
 
-    monkeypatch.setattr(agent_cli, "ask_approval", fake_ask)
+    monkeypatch.setattr(display, "ask_approval", fake_ask)
     model = DeterministicModel(outputs=[["echo one", "echo two"], "echo three",
                                         "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && echo end"])
     console = Console(file=io.StringIO(), width=100)
     with swe_sandbox.get_environment("local", cwd=str(tmp_path)) as env:
-        agent = agent_cli.make_cli_agent(model, env, console, confirm=True, **load_run_config()["agent"])
+        agent = display.make_cli_agent(model, env, console, confirm=True, **load_run_config()["agent"])
         assert agent.run("t") == ("Submitted", "end\n")
     assert asked == ["echo one", "echo two", "echo three"]
     tools = [m for m in agent.messages if m["role"] == "tool"]
@@ -205,7 +205,7 @@ def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
 
     marker = unique_marker()
     out = tmp_path / "t.json"
-    argv = [sys.executable, "-m", "swe_sandbox.agent.cli", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
+    argv = [sys.executable, "-m", "swe_sandbox", "run", *variant_cli_args(backend), "-t", "x", "-o", str(out),
             *scripted("echo started", f"sleep {marker}")]
     proc = start_cli_until_running(argv, marker)
     try:
@@ -219,7 +219,7 @@ def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
     data = json.loads(out.read_text())
     assert data["info"]["exit_status"] == "KeyboardInterrupt"
     assert [m["role"] for m in data["messages"]][-3:] == ["assistant", "tool", "exit"]
-    assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox.agent.cli" not in p] == []
+    assert [p for p in wait_host_gone(marker, grace=5) if "-m swe_sandbox run" not in p] == []
 
 
 # -- a lone surrogate in the model's tool-call arguments ------------------------------------------

@@ -16,7 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 import swe_sandbox
-from swe_sandbox import cli
+from swe_sandbox.cli import app as cli_app
+from swe_sandbox.cli import check, exit_codes, guard
+from swe_sandbox.cli import exec as exec_cli
 from swe_sandbox.environments import environment_class
 
 runner = CliRunner()
@@ -24,7 +26,7 @@ runner = CliRunner()
 
 def invoke(*args: str, input: str | None = None):
     # a wide terminal, so rich does not wrap check's table cells in the middle of a phrase
-    return runner.invoke(cli.app, list(args), input=input, env={"COLUMNS": "250"})
+    return runner.invoke(cli_app.app, list(args), input=input, env={"COLUMNS": "250"})
 
 
 def require_bwrap() -> None:
@@ -51,7 +53,7 @@ def test_help_lists_exactly_the_commands_that_exist_and_the_exit_codes():
     result = invoke("--help")
     assert result.exit_code == 0
     assert "exec" in result.stdout and "check" in result.stdout
-    commands = {c.name: c for c in cli.app.registered_commands}
+    commands = {name: cli_app.load_command(name) for name in cli_app.COMMANDS}
     assert {"exec", "check"} <= set(commands)
     for name, command in commands.items():  # no placeholders for commands still to come
         assert "not implemented" not in (command.help or "").lower(), name
@@ -100,7 +102,7 @@ def test_exec_signal_death_exits_128_plus_n():
 
 def test_exec_timeout_exits_124_keeps_partial_output_and_says_so_on_stderr():
     result = invoke("exec", "--env", "local", "--timeout", "1", "--", "echo before; sleep 5; echo after")
-    assert result.exit_code == cli.EXIT_TIMEOUT == 124
+    assert result.exit_code == exit_codes.EXIT_TIMEOUT == 124
     assert result.stdout == "before\n"
     assert "timed out after 1 seconds" in result.stderr
 
@@ -112,7 +114,7 @@ def test_exec_cwd():
 
 def test_exec_missing_cwd_is_a_failed_command_not_an_error():
     result = invoke("exec", "--env", "local", "--cwd", "/nonexistent-dir-xyz", "--", "true")
-    assert result.exit_code not in (0, cli.EXIT_CONFIG, cli.EXIT_BACKEND_UNAVAILABLE, cli.EXIT_SANDBOX_FAILED)
+    assert result.exit_code not in (0, exit_codes.EXIT_USAGE, exit_codes.EXIT_BACKEND_UNAVAILABLE, exit_codes.EXIT_SANDBOX_FAILED)
     assert "/nonexistent-dir-xyz" in result.stderr
 
 
@@ -162,7 +164,7 @@ def assert_one_clean_line(stderr: str) -> None:
 
 def test_misspelt_config_field_exits_2_naming_the_field():
     result = invoke("exec", "--env", "local", "-c", "environment.tmeout=5", "--", "true")
-    assert result.exit_code == cli.EXIT_CONFIG == 2
+    assert result.exit_code == exit_codes.EXIT_USAGE == 2
     assert "environment.tmeout" in result.stderr and "unknown field" in result.stderr
     assert "timeout" in result.stderr.split("allowed", 1)[1]  # lists the allowed fields
     assert_one_clean_line(result.stderr)
@@ -206,14 +208,14 @@ def test_usage_errors_exit_2(args):
 
 def test_backend_unavailable_exits_3():
     result = invoke("exec", "--env", "bwrap", "-c", "environment.bwrap_path=/nonexistent/bwrap", "--", "true")
-    assert result.exit_code == cli.EXIT_BACKEND_UNAVAILABLE == 3
+    assert result.exit_code == exit_codes.EXIT_BACKEND_UNAVAILABLE == 3
     assert "bubblewrap" in result.stderr
     assert_one_clean_line(result.stderr)
 
 
 def test_sandbox_that_dies_exits_4():
     result = invoke("exec", "--env", "local", "--", "kill -9 $PPID")  # $PPID: the runner
-    assert result.exit_code == cli.EXIT_SANDBOX_FAILED == 4
+    assert result.exit_code == exit_codes.EXIT_SANDBOX_FAILED == 4
     assert "SandboxDied" in result.stderr
     assert_one_clean_line(result.stderr)
 
@@ -227,11 +229,11 @@ def test_sandbox_that_dies_exits_4():
     ({"returncode": None}, 125),
 ])
 def test_exit_status_mapping(result, code):
-    assert cli.exit_status(result) == code
+    assert exec_cli.exit_status(result) == code
 
 
 def test_one_line_folds_multi_line_messages():
-    assert cli.one_line("invalid config:\n  a: bad\n  b: worse") == "invalid config: a: bad; b: worse"
+    assert guard.one_line("invalid config:\n  a: bad\n  b: worse") == "invalid config: a: bad; b: worse"
 
 
 # -- exec --json -----------------------------------------------------------------------------------
@@ -320,7 +322,7 @@ def test_check_fails_with_the_reason_when_the_backend_is_unavailable(monkeypatch
     bwrap_class = environment_class("bwrap")
     monkeypatch.setattr(bwrap_class, "unavailable_reason", classmethod(lambda cls, *a: "simulated: no bwrap here"))
     result = invoke("check", "--env", "bwrap")
-    assert result.exit_code == cli.EXIT_CHECK_FAILED
+    assert result.exit_code == exit_codes.EXIT_FAILED
     assert "simulated: no bwrap here" in " ".join(result.stdout.split())
     assert "FAIL" in result.stdout
 
@@ -336,11 +338,18 @@ def test_check_without_env_fails_when_a_builtin_backend_fails(monkeypatch):
 
 def test_check_without_env_passes_when_only_a_backend_needing_a_target_fails(monkeypatch):
     """ssh needs a host: without --env it is shown (with how to check it) but not counted."""
-    monkeypatch.setattr(cli, "_check_backend", _fake_check(cli._check_backend))
+    monkeypatch.setattr(check, "_check_backend", _fake_check(check._check_backend))
     result = invoke("check")
     text = " ".join(result.stdout.split())
     assert result.exit_code == 0, text
     assert "ssh: FAIL" in text and "not counted: check it with --env FILE" in text
+    assert "(plugin)" not in text and "(needs a target)" in text  # ssh is built in, not a plugin
+
+
+def test_only_entry_point_backends_are_labelled_plugins(monkeypatch):
+    monkeypatch.setattr(check, "needs_target", lambda name: name == "ssh")
+    assert check.not_counted_label("ssh") == check.NEEDS_TARGET
+    assert check.not_counted_label("toy-third-party") == check.PLUGIN
 
 
 def _fake_check(real):
@@ -371,20 +380,34 @@ def test_python_dash_m_swe_sandbox_exec_and_exit_codes():
     assert_one_clean_line(done.stderr)
 
 
-def test_help_imports_nothing_heavy():
-    """``swe-sandbox --help`` must stay fast: no config models, YAML, rich, or backend modules."""
+def loaded_by_the_cli(argv: list[str], modules: list[str]) -> tuple[str, list[str]]:
+    """Run ``swe-sandbox ARGV`` in a fresh interpreter: its stdout, and which of ``modules`` it imported."""
     code = (
         "import sys\n"
-        "sys.argv = ['swe-sandbox', '--help']\n"
+        f"sys.argv = ['swe-sandbox', *{argv!r}]\n"
         "from swe_sandbox.cli import main\n"
         "try:\n    main()\nexcept SystemExit:\n    pass\n"
-        "heavy = ['swe_sandbox.config', 'swe_sandbox.environments', 'yaml', 'rich', 'litellm', 'docker']\n"
-        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)\n"
+        f"print(sorted(m for m in {modules!r} if m in sys.modules), file=sys.stderr)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr.strip() == "[]"
-    assert "exec" in done.stdout
+    return done.stdout, json.loads(done.stderr.strip().replace("'", '"'))
+
+
+def test_help_imports_nothing_heavy():
+    """``swe-sandbox --help`` must stay fast: no config models, YAML, rich, or backend modules."""
+    heavy = ["swe_sandbox.config", "swe_sandbox.environments", "yaml", "rich", "litellm", "docker"]
+    stdout, loaded = loaded_by_the_cli(["--help"], heavy)
+    assert loaded == []
+    assert "exec" in stdout
+
+
+def test_a_command_loads_only_its_own_family():
+    """``exec`` neither imports the agent's commands nor the batch's (the group loads them lazily)."""
+    others = ["swe_sandbox.cli.run", "swe_sandbox.cli.batch", "swe_sandbox.cli.engines", "swe_sandbox.agent"]
+    stdout, loaded = loaded_by_the_cli(["exec", "--help"], others)
+    assert loaded == []
+    assert "COMMAND" in stdout
 
 
 def test_import_swe_sandbox_imports_no_sdk():
@@ -425,7 +448,7 @@ def test_exec_accepts_a_large_finite_timeout():
 
 def test_check_with_a_bwrap_path_that_does_not_exist_is_not_usable():
     result = invoke("check", "--env", "bwrap", "-c", "environment.bwrap_path=/nonexistent")
-    assert result.exit_code == cli.EXIT_CHECK_FAILED, result.output
+    assert result.exit_code == exit_codes.EXIT_FAILED, result.output
     text = " ".join(result.stdout.split())
     assert "│ yes" not in result.stdout and "no: bubblewrap (/nonexistent) is not installed" in text
     assert "FAIL" in text
@@ -439,7 +462,7 @@ def test_check_says_why_when_the_start_fails_with_an_unexpected_error(monkeypatc
 
     monkeypatch.setattr(bwrap_class, "start", broken_start)
     result = invoke("check", "--env", "bwrap")
-    assert result.exit_code == cli.EXIT_CHECK_FAILED, result.output
+    assert result.exit_code == exit_codes.EXIT_FAILED, result.output
     text = " ".join(result.stdout.split())
     assert "no: SandboxStartError: simulated: the runner never said ready" in text, text
 

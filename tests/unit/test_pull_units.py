@@ -163,7 +163,7 @@ def test_a_pull_shows_on_the_instance_line_of_a_batch():
 def test_the_command_line_display_writes_lines_off_a_terminal():
     from rich.console import Console
 
-    from swe_sandbox.pull_display import PullDisplay
+    from swe_sandbox.cli.pull_display import PullDisplay
 
     out = io.StringIO()
     display = PullDisplay(Console(file=out, force_terminal=False, width=200))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from swe_sandbox import cli
+from swe_sandbox.cli.app import COMMANDS
 from swe_sandbox.environments import environment_class
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +42,7 @@ def test_scripts_are_executable_bash(script):
 def test_readme_mentions_only_commands_that_exist():
     code = re.findall(r"```[a-z]*\n(.*?)```", README, re.S) + re.findall(r"`([^`\n]+)`", README)
     mentioned = set(re.findall(r"\bswe-sandbox ([a-z][a-z-]*)", "\n".join(code)))
-    existing = {c.name for c in cli.app.registered_commands} | {g.name for g in cli.app.registered_groups}
+    existing = set(COMMANDS)
     assert mentioned and mentioned <= existing, mentioned - existing
 
 

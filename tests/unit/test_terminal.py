@@ -34,7 +34,7 @@ def _console():
 
 
 def test_agent_progress_shows_command_and_model_text_escaped():
-    from swe_sandbox.agent.cli import show_query, show_result
+    from swe_sandbox.cli.display import show_query, show_result
 
     console, buffer = _console()
     show_query(console, 1, 0.0, {"content": "thinking \x1b]0;pwned\x07 about it"})
@@ -45,7 +45,7 @@ def test_agent_progress_shows_command_and_model_text_escaped():
 
 
 def test_agent_summary_shows_the_submission_escaped(tmp_path):
-    from swe_sandbox.agent.cli import show_summary
+    from swe_sandbox.cli.display import show_summary
 
     console, buffer = _console()
     show_summary(console, "Submitted", "diff\n+\x1b]52;c;cHduZWQ=\x07\n", tmp_path / "t.traj.json")

@@ -85,7 +85,7 @@ def _run_setup(environment: "Environment", task: "Task", timeout: float) -> None
 
 def _copy_workspace(environment: "Environment", task: "Task") -> None:
     """Upload the task's workspace into where commands start (``cwd``, else ``mount_point``)."""
-    from swe_sandbox.agent.cli import upload_workspace
+    from swe_sandbox.workspace import upload_workspace
     from swe_sandbox.errors import ConfigError
 
     config = environment.config

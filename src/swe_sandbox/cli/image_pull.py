@@ -3,7 +3,7 @@
 Each image is pulled as a sandbox of the environment config would pull it (``image_pull``:
 ``missing`` skips images already there, ``always`` pulls each again, ``never`` only checks;
 ``pull_timeout``, the engine's credentials, TLS skipped for loopback registries), ``workers`` at
-once, with progress (``swe_sandbox.pull_display``). A failure does not stop the others; the summary
+once, with progress (``swe_sandbox.cli.pull_display``). A failure does not stop the others; the summary
 names each failed image, its cause and the instances that need it.
 """
 
@@ -48,9 +48,9 @@ def collect_images(sources: list[str], image_template: str | None = None) -> dic
     Raises:
         TaskFileError: a task file that does not load, or names no image at all.
     """
-    from swe_sandbox.batch.cli import load_task_file
     from swe_sandbox.batch.images import images_of
     from swe_sandbox.batch.tasks import TaskFileError
+    from swe_sandbox.cli.batch import load_task_file
 
     found: dict[str, list[str]] = {}
     for source in sources:

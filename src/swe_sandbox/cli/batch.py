@@ -1,6 +1,6 @@
-"""``swe-sandbox batch``, ``eval`` and ``report``: plain typer-compatible functions.
+"""``swe-sandbox batch``, ``eval`` and ``report``: many tasks, their evaluation, a summary.
 
-Registered by ``swe_sandbox.cli``. Only typer and the standard library are imported at module
+Only typer and the standard library are imported at module
 level; the batch machinery, rich and the backends load inside the commands, so ``--help`` stays fast.
 """
 
@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Annotated, Any, List, Optional
 
 import typer
 
-from swe_sandbox.signals import echo_err, interrupt_exit
+from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from swe_sandbox.cli.guard import guarded
+from swe_sandbox.cli.signals import echo_err, interrupt_exit
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
-EXIT_ALL_DONE = 0
-EXIT_NOT_ALL_DONE = 1  # infrastructure failures left, or the cost limit stopped the run
 DEFAULT_BACKEND = "bwrap"
 SHUFFLE_SEED = 42  # mini-swe-agent's, so --shuffle picks the same order
 
@@ -60,6 +60,7 @@ rate, cost, api calls, time and throughput. --json prints the summary as JSON.
 """
 
 Opt = typer.Option
+app = typer.Typer()
 IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string over the task's fields plus "
                        "instance_id_docker (the id as SWE-bench's image names spell it), e.g. "
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
@@ -127,6 +128,7 @@ def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | N
     return selected
 
 
+@app.command("batch", help=BATCH_HELP)
 def batch_command(
     tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl or .json).", show_default=False)],
     output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory (resumed if it exists).",
@@ -163,9 +165,9 @@ def batch_command(
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
-        from swe_sandbox.agent.cli import check_model_config, environment_config, require_usable
         from swe_sandbox.agent.config import load_run_config
         from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
 
         tasks = select_tasks(load_task_file(tasks_file, image_template), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
@@ -212,7 +214,7 @@ def _exit_for(output: Path, instance_ids: list[str]) -> int:
     from swe_sandbox.batch.records import RESULTS_FILE, ResultsLog, ResumeState
 
     state = ResumeState(ResultsLog(output / RESULTS_FILE).read())
-    return EXIT_ALL_DONE if all(state.is_done(i) for i in instance_ids) else EXIT_NOT_ALL_DONE
+    return EXIT_OK if all(state.is_done(i) for i in instance_ids) else EXIT_FAILED
 
 
 def _print_summary(directory: Path) -> None:
@@ -222,9 +224,8 @@ def _print_summary(directory: Path) -> None:
 
 
 def _guarded(body: Any) -> int:
-    """``agent.cli.guarded`` plus Ctrl-C: the first ends with 130 once the batch cleaned up; a
+    """``guard.guarded`` plus Ctrl-C: the first ends with 130 once the batch cleaned up; a
     second one (``BatchAborted``) exits at once, without waiting for worker threads."""
-    from swe_sandbox.agent.cli import guarded
     from swe_sandbox.batch.driver import BatchAborted
 
     try:
@@ -241,6 +242,7 @@ def _guarded(body: Any) -> int:
         return code
 
 
+@app.command("eval", help=EVAL_HELP)
 def eval_command(
     preds_file: Annotated[Path, typer.Argument(metavar="PREDS", help="Predictions (preds.json, .json or .jsonl).",
                                                show_default=False)],
@@ -259,10 +261,10 @@ def eval_command(
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
-        from swe_sandbox.agent.cli import require_usable
         from swe_sandbox.batch.eval_run import match_predictions, run_eval
         from swe_sandbox.batch.predictions import load_predictions
         from swe_sandbox.batch.sandbox import check_task_images
+        from swe_sandbox.cli.prepare import require_usable
         from swe_sandbox.config import apply_overrides, load_environment_config
 
         tasks = load_task_file(tasks_file, image_template)
@@ -279,6 +281,7 @@ def eval_command(
     raise typer.Exit(_guarded(body))
 
 
+@app.command("report", help=REPORT_HELP)
 def report_command(
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="A batch or eval output directory.",
                                               show_default=False)],
@@ -292,7 +295,7 @@ def report_command(
         summary = summarize(directory)
     except FileNotFoundError:
         echo_err(f"swe-sandbox: report: {directory} is not a directory")
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
     typer.echo(json.dumps(summary, indent=2) if as_json else render(summary, directory))
 
 

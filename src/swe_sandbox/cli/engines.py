@@ -1,7 +1,7 @@
-"""``swe-sandbox gc`` and ``swe-sandbox image build``: the container engines' housekeeping.
+"""``swe-sandbox gc``, ``image build`` and ``image pull``: the container engines' housekeeping.
 
-Kept apart from ``cli.py`` (and importing the container module only inside each command) so the
-CLI starts without touching any engine.
+The container modules are imported only inside each command, so the CLI starts without touching
+any engine.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from swe_sandbox.signals import echo_err
+from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from swe_sandbox.cli.signals import echo_err
 
 GC_HELP = """\
 Remove swe-sandbox containers whose owner process is gone (docker and podman).
@@ -44,7 +45,12 @@ unreachable, timeout) and the instances that need it. Exit status 0 when every i
 1 when some failed, 2 for a usage, config or task-file error, 3 when the engine is unavailable.
 """
 
-image_app = typer.Typer(help="Build or pull the sandbox images.", no_args_is_help=True, add_completion=False)
+app = typer.Typer()
+image_app = typer.Typer(name="image", help="Build or pull the sandbox images.", no_args_is_help=True,
+                        add_completion=False)
+
+
+@app.command("gc", help=GC_HELP)
 
 
 def gc_command(
@@ -75,7 +81,7 @@ def gc_command(
         removed = sum(entry["action"] == "removed" for entry in report)
         typer.echo(f"{removed} container(s) removed" + (" (dry run)" if dry_run else ""))
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 @image_app.command("build", help=IMAGE_BUILD_HELP)
@@ -100,7 +106,7 @@ def image_build_command(
                              force=force, echo=echo_err)
     except ImageBuildError as exc:
         echo_err(f"swe-sandbox: image build failed: {exc}")
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_FAILED) from None
     for name in built:
         typer.echo(name)
 
@@ -117,12 +123,13 @@ def image_pull_command(
     image_template: Annotated[Optional[str], typer.Option("--image-template", metavar="TEMPLATE",
                                                           help="Image of each task without one (as for batch).")] = None,
 ) -> None:
-    from swe_sandbox.agent.cli import guarded, require_usable
+    from swe_sandbox.cli.guard import guarded
+    from swe_sandbox.cli.prepare import require_usable
 
     def body() -> int:
+        from swe_sandbox.cli.image_pull import collect_images, pull_images
+        from swe_sandbox.cli.pull_display import show_pulls
         from swe_sandbox.config import apply_overrides, load_environment_config
-        from swe_sandbox.image_pull import collect_images, pull_images
-        from swe_sandbox.pull_display import show_pulls
 
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
         images = collect_images(list(sources), image_template)
@@ -131,6 +138,9 @@ def image_pull_command(
             report = pull_images(images, env_data, workers)
         for line in report.lines():
             typer.echo(line)
-        return 1 if report.failed else 0
+        return EXIT_FAILED if report.failed else EXIT_OK
 
     raise typer.Exit(guarded(body))
+
+
+app.add_typer(image_app, name="image")

@@ -13,10 +13,8 @@ import signal
 import threading
 from typing import Iterator
 
+from swe_sandbox.cli.exit_codes import EXIT_INTERRUPTED
 from swe_sandbox.errors import Terminated
-
-#: Exit status after Ctrl-C; SIGTERM / SIGHUP exit 128 + the signal number (143, 129).
-EXIT_INTERRUPTED = 130
 
 #: Signals turned into ``Terminated`` (those that exist on this platform).
 SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
+    from swe_sandbox.environments.base import Environment
     from swe_sandbox.environments.pull_progress import PullProgress
 
 
@@ -25,13 +26,20 @@ class PullDisplay:
     """Shows the pulls it is told about (call it with a ``PullProgress``); thread-safe."""
 
     def __init__(self, console: "Console | None" = None):
-        from rich.console import Console
-
-        self.console = console or Console(stderr=True, highlight=False)
+        self._console = console  # default: stderr, made at the first pull (most commands pull nothing)
         self.lock = threading.Lock()
         self.bars: Any = None  # a rich Progress while a pull is shown on a terminal
         self.tasks: dict[tuple[str, str], Any] = {}
         self.started: dict[tuple[str, str], float] = {}
+
+    @property
+    def console(self) -> "Console":
+        """Where the pulls are shown: the console given, else a rich console on stderr."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False)
+        return self._console
 
     def __call__(self, progress: "PullProgress") -> None:
         key = (progress.engine, progress.image)
@@ -89,3 +97,9 @@ def show_pulls(console: "Console | None" = None) -> Iterator[PullDisplay]:
     display = PullDisplay(console)
     with report_pulls(display):
         yield display
+
+
+def show_pulls_of(environment: "Environment") -> AbstractContextManager[Any]:
+    """``show_pulls()`` when ``environment`` may pull an image (its config has an ``image_pull``
+    policy: docker, podman), else nothing: the pull machinery is not even imported."""
+    return show_pulls() if hasattr(environment.config, "image_pull") else nullcontext()

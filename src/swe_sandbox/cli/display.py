@@ -1,0 +1,164 @@
+"""What ``run`` and ``demo`` show: each step's query and result, the approval prompt, the summary.
+
+rich is imported inside each function (``swe_sandbox.terminal`` escapes what the sandbox or the
+model wrote, so no escape sequence reaches the terminal).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+import typer
+
+from swe_sandbox.cli.prepare import submission_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import Console
+
+#: Submissions longer than this many lines are shown cut (the file has all of it).
+SHOW_LINES = 60
+
+
+def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = False, **config: Any):
+    """A ``DefaultAgent`` that shows progress on ``console`` and, with ``confirm``, asks before each command."""
+    from swe_sandbox.agent.default import ActionRejected, DefaultAgent
+
+    class CliAgent(DefaultAgent):
+        def on_query(self, message: dict[str, Any]) -> None:
+            show_query(console, self.n_steps, self.model_cost, message, secrets=self.known_secrets())
+
+        def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
+            show_result(console, action, result, secrets=self.known_secrets())
+
+        def approve(self, action: dict[str, Any]) -> dict[str, Any]:
+            nonlocal confirm
+            if not confirm:
+                return action
+            answer, value = ask_approval(console, action["command"])  # unmasked: the user approves what runs
+            if answer == "all":
+                confirm = False
+            if answer == "reject":
+                raise ActionRejected(value)
+            if answer == "edit":
+                return {**action, "command": value}
+            return action
+
+    return CliAgent(model, env, **config)
+
+
+def warn(console: "Console", text: str) -> None:
+    """``warning: TEXT`` on one line of ``console``, control characters escaped."""
+    from rich.text import Text
+
+    from swe_sandbox.terminal import escape_controls
+
+    console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)
+
+
+def show_query(console: "Console", step: int, cost: float, message: dict[str, Any],
+               secrets: Iterable[str] = ()) -> None:
+    """One header line per step, and the model's text (cut to a few lines), secrets masked, control
+    characters escaped (no escape sequence reaches the terminal: ``swe_sandbox.terminal``)."""
+    from rich.text import Text
+
+    from swe_sandbox.redact import redact
+    from swe_sandbox.terminal import escape_controls
+
+    console.rule(Text(f"step {step}  ·  ${cost:.4f}", style="bold"), align="left")
+    content = redact(message.get("content"), secrets)
+    if isinstance(content, str) and content.strip():
+        lines = content.strip().splitlines()
+        shown = "\n".join(lines[:6]) + (f"\n… ({len(lines) - 6} more lines)" if len(lines) > 6 else "")
+        console.print(Text(escape_controls(shown), style="dim"))
+
+
+def show_result(console: "Console", action: dict[str, Any], result: dict[str, Any],
+                secrets: Iterable[str] = ()) -> None:
+    """The command (first lines, secrets masked, control characters escaped) and how it ended:
+    return code, duration, timeout, rejection."""
+    from rich.text import Text
+
+    from swe_sandbox.redact import redact
+    from swe_sandbox.terminal import escape_controls
+
+    lines = escape_controls(redact(str(action.get("command", "")), secrets)).splitlines() or [""]
+    command = "\n  ".join(lines[:4]) + (f"\n  … ({len(lines) - 4} more lines)" if len(lines) > 4 else "")
+    console.print(Text("$ ", style="bold cyan") + Text(command))
+    extra = result.get("extra") or {}
+    code = result.get("returncode")
+    if extra.get("rejected"):
+        status = Text("  rejected", style="yellow")
+    elif extra.get("not_run"):
+        status = Text("  not run", style="yellow")
+    else:
+        style = "green" if code == 0 else "red"
+        status = Text(f"  → returncode {code}", style=style)
+        status.append(f"  ({float(extra.get('duration_s') or 0):.2f} s)", style="dim")
+        if extra.get("timed_out"):
+            status.append("  timed out", style="bold red")
+        if extra.get("truncated"):
+            status.append("  output truncated", style="yellow")
+    console.print(status)
+
+
+def ask_approval(console: "Console", command: str) -> tuple[str, str]:
+    """Ask whether to run ``command``: ``("run", "")``, ``("all", "")``, ``("reject", reason)`` or ``("edit", new)``.
+
+    The command is shown as it will run (secrets included: the user approves exactly that), its
+    control characters escaped (as ``\\x1b``: visible, and inert on the terminal)."""
+    from rich.markup import escape
+    from rich.prompt import Prompt
+    from rich.syntax import Syntax
+
+    from swe_sandbox.terminal import escape_controls, has_controls
+
+    console.print(Syntax(escape_controls(command), "bash", word_wrap=True))
+    choice = Prompt.ask(escape("Run it? [y]es / [n]o / [e]dit / [a]ll (stop asking)"), choices=["y", "n", "e", "a"],
+                        default="y", console=console, show_choices=False)
+    if choice == "n":
+        return "reject", Prompt.ask("Reason (told to the model)", default="", console=console)
+    if choice == "e":
+        if "\n" in command or has_controls(command):  # the prompt would show its default raw
+            edited = typer.edit(command, require_save=False)
+            new = (edited or command).rstrip("\n")
+        else:
+            new = Prompt.ask("Command", default=command, console=console)
+        return "edit", new
+    return ("all" if choice == "a" else "run"), ""
+
+
+def show_summary(console: "Console", status: str, submission: str, output: Path) -> None:
+    """The last lines of a run: exit status, where the trajectory and submission are, the submission
+    (its control characters escaped; the file holds it exactly)."""
+    from rich.text import Text
+
+    from swe_sandbox.terminal import escape_controls
+
+    console.rule(Text("done", style="bold"), align="left")
+    style = "bold green" if status == "Submitted" else "bold red"
+    console.print(Text("exit status: ", style="bold") + Text(status, style=style))
+    console.print(f"trajectory:  {output}", highlight=False)
+    if status != "Submitted":
+        return
+    lines = submission.splitlines()
+    console.print(f"submission:  {submission_path(output)}  ({len(lines)} lines)", highlight=False)
+    shown = "\n".join(lines[:SHOW_LINES])
+    if shown:
+        console.print(Text(escape_controls(shown)))
+    if len(lines) > SHOW_LINES:
+        console.print(f"… ({len(lines) - SHOW_LINES} more lines in the file)", highlight=False)
+
+
+def progress_console() -> "Console":
+    """Where progress goes: stderr (stdout stays for the summary and the submission)."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def progress_console_stdout() -> "Console":
+    """Where the summary goes: stdout."""
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)

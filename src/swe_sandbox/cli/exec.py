@@ -1,0 +1,149 @@
+"""``swe-sandbox exec``: one command in a fresh sandbox, exit status from its result.
+
+Startup is kept cheap on purpose: this module imports only typer and the standard library at the
+top; backends, YAML and rich are imported inside the command, so ``--help`` and usage errors answer
+fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, List, Optional
+
+import typer
+
+from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP, EXIT_TIMEOUT, EXIT_UNFINISHED, EXIT_USAGE
+from swe_sandbox.cli.guard import fail, run_guarded
+
+EXEC_HELP = f"""\
+Run COMMAND in a fresh sandbox and exit with its returncode.
+
+COMMAND is every word after the options, joined with spaces and run by `bash -c` inside the
+sandbox (put `--` before it so its own options are not read as ours). COMMAND `-` reads the
+command from stdin. The sandbox is removed when the command ends; background jobs end with it.
+
+Plain output: the command's output (stdout and stderr merged, in order) on stdout; the result's
+exception_info (e.g. "Command timed out after 5 seconds") on stderr. On a terminal, control
+characters are shown escaped (ESC as \\x1b; newlines, tabs and CRLF line ends kept) so no escape
+sequence of the command reaches the terminal; --raw writes them as they are. Into a pipe or a
+file the bytes are always as they are.
+With --json: one JSON object on stdout, the result dict (output, returncode, exception_info,
+extra) plus "submission" (the text after the COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT line, or null).
+
+{EXIT_CODES_HELP}"""
+
+app = typer.Typer()
+
+
+def exit_status(result: dict[str, Any]) -> int:
+    """The process exit status for a result dict (see ``exit_codes``): the returncode when it is
+    0..255, 124 on a timeout, else 125."""
+    if (result.get("extra") or {}).get("timed_out"):
+        return EXIT_TIMEOUT
+    code = result.get("returncode")
+    if isinstance(code, int) and 0 <= code <= 255:
+        return code
+    return EXIT_UNFINISHED
+
+
+def write_stdout(text: str) -> None:
+    """Write ``text`` as UTF-8 whatever the locale says (output may hold any Unicode)."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a lone surrogate outside the escape range
+        data = text.encode("utf-8", "replace")
+    stream = getattr(sys.stdout, "buffer", None)
+    sys.stdout.flush()
+    if stream is not None:
+        stream.write(data)
+        stream.flush()
+    else:  # pragma: no cover - a text-only stdout
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+def read_command(words: list[str]) -> str:
+    """The command: ``words`` joined with spaces, or stdin's bytes when ``words`` is ``["-"]``."""
+    if words == ["-"]:
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        # surrogateescape: bytes that are not UTF-8 still reach the sandbox unchanged
+        return data.decode("utf-8", "surrogateescape")
+    return " ".join(words)
+
+
+
+def check_timeout(timeout: float | None) -> None:
+    """Reject (one line, exit 2) a bad ``--timeout`` before any sandbox is made."""
+    from swe_sandbox.environments.base import check_timeout as check
+    from swe_sandbox.errors import ConfigError
+
+    try:
+        check(timeout)
+    except ConfigError as exc:
+        fail(EXIT_USAGE, "usage error", f"--{exc}")
+
+
+@app.command("exec", help=EXEC_HELP, context_settings={"allow_interspersed_args": False})
+def exec_command(
+    command: Annotated[
+        List[str],
+        typer.Argument(metavar="COMMAND", help="The command (words joined with spaces); '-': read it from stdin.",
+                       show_default=False),
+    ],
+    env: Annotated[
+        str,
+        typer.Option("--env", "-e", metavar="NAME|FILE",
+                     help="A preset (local, bwrap, docker, podman, ssh) or a YAML environment config file."),
+    ],
+    timeout: Annotated[
+        Optional[float],
+        typer.Option("--timeout", "-t", metavar="S",
+                     help="Seconds before the command's whole process tree is killed (exit 124); "
+                          "finite, at most 1e6. Default: the config's environment.timeout (60 in the presets)."),
+    ] = None,
+    cwd: Annotated[
+        str, typer.Option("--cwd", metavar="DIR", help="Working directory inside the sandbox.")
+    ] = "",
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the result dict plus \"submission\" as one JSON object.")
+    ] = False,
+    raw: Annotated[
+        bool, typer.Option("--raw", help="Plain mode on a terminal: write the output's control characters "
+                                         "(escape sequences) as they are instead of escaped.")
+    ] = False,
+    overrides: Annotated[
+        Optional[List[str]],
+        typer.Option("-c", "--set", metavar="KEY=VALUE",
+                     help="Config override, repeatable, e.g. -c environment.timeout=5 "
+                          "-c environment.env.FOO=bar (values are read as JSON: numbers, true/false, "
+                          "null, [lists], {objects}; anything else is a string; env values always are)."),
+    ] = None,
+) -> None:
+    check_timeout(timeout)
+    text = read_command(list(command))
+    if not text.strip():
+        raise typer.BadParameter("the command is empty", param_hint="COMMAND")
+
+    def body() -> int:
+        from swe_sandbox import Submitted, get_environment
+        from swe_sandbox.cli.pull_display import show_pulls_of
+
+        environment = get_environment(env, overrides=list(overrides or []))
+        with show_pulls_of(environment), environment:  # the image's pull (if it has to be pulled) on stderr
+            try:
+                result = environment.execute({"command": text}, cwd=cwd, timeout=timeout)
+                submission = None
+            except Submitted as exc:
+                result, submission = exc.result, exc.submission
+        if as_json:
+            write_stdout(json.dumps({**result, "submission": submission}, ensure_ascii=False) + "\n")
+        else:  # on a terminal, no escape sequence of the command reaches it (unless --raw)
+            from swe_sandbox.terminal import for_stream
+
+            write_stdout(for_stream(result.get("output", ""), sys.stdout, raw))
+            if result.get("exception_info"):
+                typer.echo(for_stream(result["exception_info"], sys.stderr, raw), err=True)
+        return exit_status(result)
+
+    raise typer.Exit(run_guarded(body))
