@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 import swe_sandbox
-from conftest import host_processes_with, require_backend, run, sandbox_processes_with, unique_marker, wait_host_gone
+from helpers.variants import require_backend
+from swe_sandbox.testing.kit import host_processes_with, run, sandbox_processes_with, unique_marker, wait_host_gone
 
 pytestmark = pytest.mark.bwrap
 

@@ -17,7 +17,7 @@ import time
 import pytest
 
 import swe_sandbox
-from conftest import require_backend
+from helpers.variants import require_backend
 from swe_sandbox.environments.engine import (
     LABEL_BACKEND,
     LABEL_MANAGED,

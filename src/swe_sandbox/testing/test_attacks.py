@@ -43,21 +43,38 @@ from typing import Any, Callable
 import pytest
 
 import swe_sandbox
-from conftest import host_processes_with, run, unique_marker, variant_spec, wait_host_gone
-from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.base import HOST_GRACE_S
 from swe_sandbox.errors import ProtocolError, SandboxDied
+from swe_sandbox.testing.capabilities import (
+    HOST_ISOLATION,
+    HOST_VISIBLE_PROCESSES,
+    NOT_HOST_ROOT,
+    PRIVATE_COMMAND_OUTPUT,
+    SETID_FREE_WORKSPACE,
+    TAMPERPROOF_TIMEOUT,
+    UNREACHABLE_RUNNER_CHANNEL,
+)
+from swe_sandbox.testing.kit import (
+    has,
+    host_processes_with,
+    hosts_its_workspace,
+    requires,
+    run,
+    unique_marker,
+    wait_host_gone,
+)
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 RUNNER_COMM = "swe-sandbox-run"
 EXEC_WRAPPER_NAME = "swe-sandbox-exec"
-#: Variants whose commands run on this host itself: attacks that would change the host are not run
-#: there (a harmless probe stands in for them).
-ON_THE_HOST = {"local", "ssh"}
+#: Every attack looks at the sandbox's processes from the host.
+pytestmark = requires(HOST_VISIBLE_PROCESSES)
 
 
-def on_the_host(backend: str) -> bool:
-    return variant_spec(backend)[0] in ON_THE_HOST
+def on_the_host(env: Any) -> bool:
+    """Whether ``env``'s commands run on a host itself: attacks that would change the host are not
+    run there (a harmless probe stands in for them)."""
+    return not has(env, HOST_ISOLATION)
 
 
 # -- host-side view of processes ----------------------------------------------------------------
@@ -331,12 +348,13 @@ print("PROBE_DONE")
 """
 
 
-def test_kernel_interfaces_are_not_writable(env, backend):
+@requires(NOT_HOST_ROOT)
+def test_kernel_interfaces_are_not_writable(env):
     """``echo 11 > /proc/sys/kernel/printk_ratelimit_burst`` and friends: refused, or the host's value
     stays as it was. On a variant that runs on this host only an open for writing is tried (no write)."""
     before = _read(PRINTK_BURST)
     plan = list(KERNEL_FILES)
-    if before is not None and not on_the_host(backend):
+    if before is not None and not on_the_host(env):
         plan[0] = f"{PRINTK_BURST}={int(before) + 1}"
     try:
         result = run(env, python_command(KERNEL_PROBE, *plan), timeout=30)
@@ -377,7 +395,8 @@ print("SCAN_DONE")
 """
 
 
-def test_runner_channel_is_reachable_from_no_other_process(env, backend):
+@requires(UNREACHABLE_RUNNER_CHANNEL)
+def test_runner_channel_is_reachable_from_no_other_process(env):
     """From inside, scan every /proc/*/fd: no process shows a pipe of the channel (the runner's
     stdin/stdout, or the exec wrapper's streams), identified on the host while the scan runs."""
     marker = unique_marker()
@@ -594,8 +613,9 @@ FORGERY_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(FORGERY_CASES))
-def test_a_command_cannot_forge_a_later_result(make_env, backend, case):
+@pytest.mark.parametrize("case", [pytest.param(case, marks=requires(PRIVATE_COMMAND_OUTPUT) if case == "sentinel" else ())
+                                  for case in FORGERY_CASES])
+def test_a_command_cannot_forge_a_later_result(make_env, case):
     """A background job stops the runner (or whatever holds the channel) and answers the host's
     next frame itself through /proc/<pid>/fd of any process holding the pipes; the next command
     (``exit 7``, a 3 s timeout, a non-submitting ``echo``) still gets its own result, or an error."""
@@ -611,7 +631,7 @@ def test_a_command_cannot_forge_a_later_result(make_env, backend, case):
         forged = forged.format(marker=marker)
         pipes = ",".join([owner.links[0], owner.links[1]]) if owner else "-"
         args = [marker, "runner" if owner else "exec", str(owner.sandbox_pid) if owner else "0", pipes,
-                str(getattr(env, "_seq", 2) + 2), case, forged, "0" if on_the_host(backend) else "1"]
+                str(getattr(env, "_seq", 2) + 2), case, forged, "0" if on_the_host(env) else "1"]
         script = f"/tmp/swe-attack-forger-{marker}.py"
         run(env, f"cat > {script} <<'SWE_ATTACK_PY'\n{FORGER}\nSWE_ATTACK_PY\n"
                  f"setsid python3 {script} {shlex.join(args)} </dev/null >/dev/null 2>&1 &")
@@ -664,7 +684,7 @@ def _runner_frame(env: Any, rid: int, kind: str) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ["unauthenticated", "wrong-types"])
-def test_a_forged_reply_on_the_real_pipe_is_rejected(make_env, backend, kind):
+def test_a_forged_reply_on_the_real_pipe_is_rejected(make_env, kind):
     """Root on the host writes a well-formed but unauthenticated reply (or one with wrong types,
     ``"output": 5``, signed with the host's key) on the runner's real stdout pipe (exec fallback: a
     status line and output on the running exec's streams): execute raises ProtocolError or SandboxDied."""
@@ -707,7 +727,7 @@ def test_a_forged_reply_on_the_real_pipe_is_rejected(make_env, backend, kind):
 # -- 5. a stopped runner --------------------------------------------------------------------------
 
 
-def test_a_stopped_runner_is_a_dead_sandbox(make_env, backend):
+def test_a_stopped_runner_is_a_dead_sandbox(make_env):
     """The host SIGSTOPs the runner (exec fallback: the command's wrapper) during a command with a
     2 s timeout: execute raises SandboxDied within timeout + HOST_GRACE_S (+ the close), no result."""
     env = make_env()
@@ -762,6 +782,7 @@ def strip_setid(root: Path) -> None:
         os.chmod(path, stat.S_IMODE(os.lstat(path).st_mode) & 0o777)
 
 
+@requires(SETID_FREE_WORKSPACE)
 def test_no_setid_file_reaches_a_host_workspace(workspace_env, tmp_path):
     """Commands make setuid/setgid files in a host workspace (bind-mounted by bwrap, the cwd of
     local): on the host none has those bits, checked while the sandbox still runs and after."""
@@ -776,19 +797,20 @@ def test_no_setid_file_reaches_a_host_workspace(workspace_env, tmp_path):
     assert not closed, f"setuid/setgid files on the host after close: {closed}"
 
 
-def _fresh_env(make_env: Callable[..., Any], backend: str, tmp_path: Path, **overrides: Any) -> Any:
-    """A fresh environment; ``local`` runs in ``tmp_path/ws`` (never in the repository)."""
-    if variant_spec(backend)[0] == "local":
+def _fresh_env(make_env: Callable[..., Any], environment_class: type, tmp_path: Path, **overrides: Any) -> Any:
+    """A fresh environment; one without a ``workspace`` field (``local``) runs in ``tmp_path/ws``
+    (never in the repository)."""
+    if not hosts_its_workspace(environment_class):
         workspace = tmp_path / "ws"
         workspace.mkdir()
         return make_env(cwd=str(workspace), **overrides)
     return make_env(**overrides)
 
 
-def test_no_setid_file_reaches_a_download(make_env, backend, tmp_path):
+def test_no_setid_file_reaches_a_download(make_env, backend_under_test, tmp_path):
     """``download()`` of a tree (and of single files) with setuid/setgid entries: none keeps its
     bits on the host, checked at once, while the sandbox still runs."""
-    env = _fresh_env(make_env, backend, tmp_path)
+    env = _fresh_env(make_env, backend_under_test.environment_class, tmp_path)
     host = tmp_path / "host"
     try:
         result = run(env, SETID_TREE)  # any step may be refused: what reaches the host counts
@@ -828,14 +850,15 @@ def _allocated(root: Path) -> int:
     return total
 
 
-def test_a_sparse_download_is_bounded(make_env, backend, tmp_path):
+def test_a_sparse_download_is_bounded(make_env, backend_under_test, tmp_path):
     """``truncate -s 64G big`` (or the largest the sandbox allows) then ``download("big")``: an
     error, and little written on the host
     (``max_download_bytes`` when the backend has it). The test caps every file it writes at 8 MiB
     (RLIMIT_FSIZE, temporary files in tmp_path): hitting that cap means the download was unbounded."""
-    fields = environment_class(variant_spec(backend)[0]).config_class.model_fields
+    environment_class = backend_under_test.environment_class
+    fields = environment_class.config_class.model_fields
     overrides = {"max_download_bytes": DOWNLOAD_LIMIT} if "max_download_bytes" in fields else {}
-    env = _fresh_env(make_env, backend, tmp_path, **overrides)
+    env = _fresh_env(make_env, environment_class, tmp_path, **overrides)
     # as big as the sandbox lets a file be (bwrap caps file sizes): still far past the limit
     result = run(env, "for size in 64G 8G 1G; do truncate -s $size big 2>/dev/null && break; done; ls -ls big")
     assert result["returncode"] == 0, result
@@ -845,7 +868,7 @@ def test_a_sparse_download_is_bounded(make_env, backend, tmp_path):
     try:
         error, hit_guard, written = _bounded_download(env, spool, dst)
     finally:
-        if variant_spec(backend)[0] == "local":  # there the sparse file is on this host
+        if not hosts_its_workspace(environment_class):  # there the sparse file is on this host
             (tmp_path / "ws" / "big").unlink(missing_ok=True)
     assert not hit_guard, (f"the download wrote past the test's {FILE_SIZE_GUARD >> 20} MiB file-size cap "
                            f"(unbounded; max_download_bytes {'set' if overrides else 'not available'}): {error}")
@@ -921,7 +944,8 @@ exec sleep 30
 """
 
 
-def test_nothing_outlives_a_timeout_through_the_guard(make_env, backend):
+@requires(TAMPERPROOF_TIMEOUT)
+def test_nothing_outlives_a_timeout_through_the_guard(make_env):
     """A command replaces `sleep` with a payload starter and kills the lifetime guard's nap, so the
     guard (outside the runner's tree) starts `sleep MARKER`; the command then times out. After the
     timeout no process with the marker is alive (seen from the host). On a variant that runs on
@@ -929,7 +953,7 @@ def test_nothing_outlives_a_timeout_through_the_guard(make_env, backend):
     env = make_env()
     marker = unique_marker()
     try:
-        if on_the_host(backend):
+        if on_the_host(env):
             result = run(env, GUARD_PROBE, timeout=2)
             assert "HOST-SLEEP-WRITABLE" not in result["output"], \
                 f"commands can replace the host's own `sleep` (not attempted): {result}"
@@ -947,7 +971,8 @@ def test_nothing_outlives_a_timeout_through_the_guard(make_env, backend):
 # -- 9. the sandbox's uid --------------------------------------------------------------------------
 
 
-def test_sandbox_uid_is_not_host_root(env, backend):
+@requires(NOT_HOST_ROOT)
+def test_sandbox_uid_is_not_host_root(env):
     """A command's process (and its parents inside the sandbox's pid namespace) seen from the host:
     none runs as the host's uid 0."""
     marker = unique_marker()

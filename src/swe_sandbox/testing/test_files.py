@@ -14,19 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run, shareable_workspace, unique_marker, variant_spec
+from swe_sandbox.testing.capabilities import FILES_OUTSIDE_WORKSPACE
+from swe_sandbox.testing.kit import hosts_its_workspace, requires, run, shareable_workspace, unique_marker
 
 
 @pytest.fixture
-def files_env(make_env, backend, tmp_path):
-    """A fresh environment working on ``tmp_path/ws`` (local runs in it; others get it copied in)."""
+def files_env(make_env, backend_under_test, tmp_path):
+    """A fresh environment working on ``tmp_path/ws`` (a backend with a ``workspace`` field gets it,
+    bound or copied in; the others run in it)."""
     workspace = tmp_path / "ws"
     (workspace / "sub").mkdir(parents=True)
 
     def make(**overrides):
-        if variant_spec(backend)[0] == "local":
-            return make_env(**{"cwd": str(workspace), **overrides})
-        return make_env(workspace=str(shareable_workspace(workspace)), **overrides)
+        if hosts_its_workspace(backend_under_test.environment_class):
+            return make_env(workspace=str(shareable_workspace(workspace)), **overrides)
+        return make_env(**{"cwd": str(workspace), **overrides})
 
     return make
 
@@ -105,6 +107,7 @@ def test_missing_source_is_file_not_found_and_leaves_nothing(files_env, tmp_path
     assert not (tmp_path / "out").exists()
 
 
+@requires(FILES_OUTSIDE_WORKSPACE)
 def test_absolute_paths_outside_the_working_directory(files_env, tmp_path):
     (tmp_path / "f.txt").write_text("abs\n")
     environment = files_env()
@@ -226,11 +229,12 @@ def test_download_past_max_download_bytes_fails_cleanly_and_one_at_the_limit_pas
     assert (tmp_path / "ok" / "tree" / "a").stat().st_size == LIMIT // 2
 
 
-def test_a_terabyte_sparse_file_fails_at_once_under_the_default_limit(files_env, backend, tmp_path):
+def test_a_terabyte_sparse_file_fails_at_once_under_the_default_limit(files_env, backend_under_test, tmp_path):
     import time
 
-    # bwrap's own RLIMIT_FSIZE would refuse to make the file: lifted, the download's bound is tested
-    environment = files_env(**({"max_file_size_bytes": None} if variant_spec(backend)[0] == "bwrap" else {}))
+    # a file size limit (bwrap's RLIMIT_FSIZE) would refuse to make the file: lifted, the download's bound is tested
+    limited = "max_file_size_bytes" in backend_under_test.environment_class.config_class.model_fields
+    environment = files_env(**({"max_file_size_bytes": None} if limited else {}))
     assert environment.config.max_download_bytes == 4 << 30
     made = run(environment, "truncate -s 1T huge && echo made")
     assert made["output"] == "made\n", made

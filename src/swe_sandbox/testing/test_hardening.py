@@ -7,7 +7,8 @@ import threading
 import pytest
 
 import swe_sandbox
-from conftest import unique_marker, wait_sandbox_gone
+from swe_sandbox.testing.capabilities import LONG_LIVED_RUNNER, ORPHAN_SWEEP, PRIVATE_RUNNER_CHANNEL
+from swe_sandbox.testing.kit import requires, unique_marker, wait_sandbox_gone
 
 FORGE = r"""RUNNER=$PPID python3 - <<'P'
 import json, os, struct
@@ -24,6 +25,7 @@ P
 echo real; exit 3"""
 
 
+@requires(PRIVATE_RUNNER_CHANNEL)
 def test_commands_cannot_write_into_the_runner_channel(make_env):
     """The runner is not dumpable: /proc/<runner>/fd is closed to commands; results stay in step."""
     env = make_env()
@@ -40,6 +42,7 @@ def test_stray_signals_spare_the_runner(env, signal):
     assert env.execute({"command": "echo alive"})["output"] == "alive\n"
 
 
+@requires(LONG_LIVED_RUNNER)
 def test_runner_is_not_named_python(env):
     """`pkill python3` matches process names; the runner's is swe-sandbox-run (safe to test: no kill)."""
     result = env.execute({"command": "cat /proc/$PPID/comm"})
@@ -146,7 +149,8 @@ def test_modules_planted_in_the_workspace_never_reach_the_runner(workspace_env, 
     assert (result["output"], result["returncode"]) == ("real\n", 3), result
 
 
-def test_a_forged_token_of_another_command_spares_nothing_at_a_timeout(make_env, backend):
+@requires(ORPHAN_SWEEP)
+def test_a_forged_token_of_another_command_spares_nothing_at_a_timeout(make_env):
     """An escapee that clears its environment and shows an earlier command's token (tokens are the
     command's to read and forge) still dies with the command's timeout (hostile review)."""
     env = make_env()
