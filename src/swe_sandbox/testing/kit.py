@@ -87,10 +87,13 @@ class Variant:
         return dict(self._resolved)
 
     def make(self, **overrides: Any) -> Any:
-        """A new environment of this variant (not started yet); ``overrides`` win over its config."""
+        """A new environment of this variant (not started yet): the backend's preset of the same name
+        when there is one (``docker``'s image, ...), then the variant's config, then ``overrides``."""
         import swe_sandbox
+        from swe_sandbox.config import preset_names
 
-        return swe_sandbox.get_environment(self.backend, **{**self.config(), **overrides})
+        base = self.backend if self.backend in preset_names() else {"backend": self.backend}
+        return swe_sandbox.get_environment(base, **{**self.config(), **overrides})
 
     def missing(self) -> dict[str, str]:
         """``{capability: reason}`` of what the variant lacks (its backend's declaration)."""
