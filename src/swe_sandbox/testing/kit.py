@@ -217,6 +217,27 @@ def host_processes_with(marker: str) -> list[str]:
     return found
 
 
+def wait_until(condition: Callable[[], Any], within: float = 5.0, interval: float = 0.05) -> bool:
+    """Poll ``condition()`` every ``interval`` seconds until it is true or ``within`` seconds passed;
+    returns whether it became true."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True
+
+
+def host_pid_gone(pid: int) -> bool:
+    """Whether host process ``pid`` is gone (or a zombie: dead, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 :][:1] in (b"Z", b"X")
+
+
 def wait_host_gone(marker: str, grace: float = 1.0) -> list[str]:
     """Host processes with ``marker`` still alive after ``grace`` seconds (SIGKILL is asynchronous)."""
     deadline = time.monotonic() + grace

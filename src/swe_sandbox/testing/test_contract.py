@@ -23,6 +23,7 @@ import swe_sandbox
 from swe_sandbox.testing.capabilities import HOST_VISIBLE_PROCESSES, LONG_LIVED_RUNNER
 from swe_sandbox.testing.kit import (
     has,
+    host_pid_gone,
     host_processes_with,
     host_server_pid,
     kill_server_when_running,
@@ -32,6 +33,7 @@ from swe_sandbox.testing.kit import (
     unique_marker,
     wait_host_gone,
     wait_sandbox_gone,
+    wait_until,
 )
 
 SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -612,7 +614,7 @@ def test_timeout_spares_daemons_of_earlier_background_jobs(make_env):
     started = run(environment, f"bash -c 'while :; do ( sleep {daemon} & ); sleep 0.1; done; : {loop}' "
                                ">/dev/null 2>&1 & echo $!")
     loop_pid = int(started["output"])
-    time.sleep(0.3)
+    assert wait_until(lambda: sandbox_processes_with(environment, daemon)), "the loop started no daemon"
     before = len(sandbox_processes_with(environment, daemon))
     result, elapsed = timed(environment, "sleep 30", timeout=1)
     assert_timed_out(result, elapsed, 1)
@@ -924,7 +926,8 @@ def test_sandbox_vanished_between_commands_raises(make_env):
     marker = unique_marker()
     result = run(environment, f"sleep {marker} >/dev/null 2>&1 </dev/null & echo ok")
     assert result["output"] == "ok\n"
-    os.kill(host_server_pid(marker), signal.SIGKILL)
-    time.sleep(1.0)
+    server = host_server_pid(marker)
+    os.kill(server, signal.SIGKILL)
+    assert wait_until(lambda: host_pid_gone(server)), "SIGKILL did not end the sandbox's runner"
     with pytest.raises(swe_sandbox.SandboxDied):
         run(environment, "echo hello")

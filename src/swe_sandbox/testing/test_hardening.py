@@ -7,8 +7,13 @@ import threading
 import pytest
 
 import swe_sandbox
-from swe_sandbox.testing.capabilities import LONG_LIVED_RUNNER, ORPHAN_SWEEP, PRIVATE_RUNNER_CHANNEL
-from swe_sandbox.testing.kit import requires, unique_marker, wait_sandbox_gone
+from swe_sandbox.testing.capabilities import (
+    HOST_VISIBLE_PROCESSES,
+    LONG_LIVED_RUNNER,
+    ORPHAN_SWEEP,
+    PRIVATE_RUNNER_CHANNEL,
+)
+from swe_sandbox.testing.kit import has, host_processes_with, requires, unique_marker, wait_sandbox_gone, wait_until
 
 FORGE = r"""RUNNER=$PPID python3 - <<'P'
 import json, os, struct
@@ -91,10 +96,11 @@ def test_close_from_another_thread_ends_the_running_command(make_env):
     env = make_env()
     assert env.execute({"command": "true"})["returncode"] == 0
     outcome = {}
+    marker = unique_marker()
 
     def call() -> None:
         try:
-            outcome["result"] = env.execute({"command": "sleep 30; echo never"}, timeout=60)
+            outcome["result"] = env.execute({"command": f"sleep {marker}; echo never"}, timeout=60)
         except swe_sandbox.SandboxError as exc:
             outcome["error"] = exc
 
@@ -102,7 +108,10 @@ def test_close_from_another_thread_ends_the_running_command(make_env):
     worker.start()
     import time
 
-    time.sleep(1.0)
+    if has(env, HOST_VISIBLE_PROCESSES):  # the command runs: closing now interrupts it
+        assert wait_until(lambda: host_processes_with(marker), within=20), "the command never started"
+    else:
+        time.sleep(1.0)  # nothing to poll: the environment is busy with the command
     started = time.monotonic()
     env.close()
     took = time.monotonic() - started
