@@ -53,12 +53,7 @@ class LocalEnvironment(Environment):
         """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
         from swe_sandbox.testing import capabilities as cap
 
-        gaps = {**(fallback.missing_capabilities() if config.runner == "exec" else {}),
-                **({cap.ORPHAN_SWEEP: "exec fallback on the host: no runner adopts orphans and the host's PID 1 "
-                                      "adopts everyone's, so an escapee that clears its environment and closes its "
-                                      "trace fds (8, 9) is not told apart from the host's daemons"}
-                   if config.runner == "exec" else {}),
-                cap.HOST_ISOLATION: "no isolation: commands run on the host itself",
+        gaps = {cap.HOST_ISOLATION: "no isolation: commands run on the host itself",
                 cap.PRIVATE_RUNNER_CHANNEL: "no isolation: a command runs as the calling user, who may open the "
                                             "runner's pipes",
                 cap.UNREACHABLE_RUNNER_CHANNEL: "no isolation: the host process holding the other ends of the "
@@ -69,6 +64,8 @@ class LocalEnvironment(Environment):
             gaps[cap.NOT_HOST_ROOT] = "no isolation: commands run on the host itself as the calling user, here root"
             gaps[cap.TAMPERPROOF_TIMEOUT] = ("no isolation: commands run on the host as its root, who may replace "
                                              "its own `sleep` (only tested, never done)")
+        if config.runner == "exec":
+            gaps.update(fallback.missing_capabilities(shared_host=True))
         return gaps
 
     def _open_channel(self) -> Channel:

@@ -141,11 +141,7 @@ class SshEnvironment(Environment):
                 gaps[cap.PRIVATE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE opens the non-dumpable runner's pipes"
                 gaps[cap.UNREACHABLE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE reads the runner's fds and sshd's"
         if config.runner == "exec":
-            gaps.update(fallback.missing_capabilities())
-            gaps[cap.ORPHAN_SWEEP] = (
-                "exec fallback on ssh: no runner adopts orphans and the remote's PID 1 adopts everyone's, so an "
-                "escapee that clears its environment and closes its trace fds (8, 9) is not told apart from the "
-                "host's daemons")
+            gaps.update(fallback.missing_capabilities(shared_host=True))
         return gaps
 
     def __init__(self, config: SshConfig):

@@ -51,8 +51,8 @@ class Variant:
     name: str
     backend: str
     settings: Mapping[str, Any] | Callable[[], Mapping[str, Any]] = field(default_factory=dict)
-    _resolved: dict[str, Any] | None = field(default=None, repr=False)
-    _missing: dict[str, str] | None = field(default=None, repr=False)
+    _resolved: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    _missing: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def from_name(cls, name: str) -> "Variant":
