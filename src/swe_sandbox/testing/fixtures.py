@@ -73,7 +73,7 @@ def backend(backend_under_test: Variant) -> str:
 @pytest.fixture
 def make_env(env: Any, backend_under_test: Variant) -> Iterator[Callable[..., Any]]:
     """Factory of fresh environments of the variant under test (``timeout`` defaults to
-    ``FIXTURE_TIMEOUT``); all are closed after the test."""
+    ``FIXTURE_TIMEOUT``); all are closed after the test. Takes ``env`` for its availability check."""
     made: list[Any] = []
 
     def factory(**overrides: Any) -> Any:
