@@ -1,6 +1,7 @@
 """The kit as a third party runs it: a toy backend registered through the ``swe_sandbox.environments``
 entry point passes ``pytest --pyargs swe_sandbox.testing --swe-sandbox-backend toy`` (what it lacks
-as strict xfails), and the plugin does nothing for a project that does not ask for it."""
+as strict xfails), the plugin does nothing for a project that does not ask for it, and NAME may be
+a preset, a YAML file or a backend."""
 
 from __future__ import annotations
 
@@ -66,3 +67,31 @@ def test_the_plugin_is_inert_unless_asked(tmp_path):
     done = run_pytest(tmp_path, tmp_path / "none", "-q", timeout=120)
     assert "fixture 'env' not found" in done.stdout, done.stdout
     assert "1 passed, 1 error" in done.stdout, done.stdout
+
+
+def test_the_backend_option_names_a_preset_a_yaml_file_or_a_backend(tmp_path):
+    """``--swe-sandbox-backend``: a preset (its fields), a YAML file (named by its stem), a backend."""
+    from swe_sandbox.errors import ConfigError
+    from swe_sandbox.testing.kit import Variant
+
+    assert Variant.from_name("bwrap").backend == "bwrap"
+    config = tmp_path / "mine.yaml"
+    config.write_text("backend: local\ntimeout: 5\nrunner: exec\n")
+    mine = Variant.from_name(str(config))
+    assert (mine.name, mine.backend, mine.config()) == ("mine", "local", {"timeout": 5, "runner": "exec"})
+    with pytest.raises(ConfigError, match="unknown backend 'no-such-backend'"):
+        Variant.from_name("no-such-backend")
+
+
+def test_a_capability_nobody_knows_is_refused():
+    """A typo in a backend's declaration would silently hide a test: it is an error instead."""
+    from swe_sandbox.environments.local import LocalConfig, LocalEnvironment
+    from swe_sandbox.testing.capabilities import missing_capabilities
+
+    class Typo(LocalEnvironment):
+        @classmethod
+        def missing_capabilities(cls, config: LocalConfig) -> dict[str, str]:
+            return {"long_lived_runer": "a typo"}
+
+    with pytest.raises(ValueError, match="long_lived_runer"):
+        missing_capabilities(Typo, LocalConfig())
