@@ -130,7 +130,7 @@ def test_a_sandbox_started_in_a_worker_thread_outlives_the_thread(make_env):
     worker.join(60)
     import time
 
-    time.sleep(0.5)
+    time.sleep(0.5)  # fixed: a parent-death signal would arrive meanwhile; nothing to poll for
     assert env.execute({"command": "echo still here"})["output"] == "still here\n"
 
 
