@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import require_backend
+from helpers.variants import require_backend
 
 FIX = "sed -i 's/a - b/a + b/' calc.py"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 from batch_fixtures import FIX, SUBMIT, batch_argv, calc_repo, calc_task, run, run_config, write_tasks  # noqa: F401
-from conftest import require_backend
+from helpers.variants import require_backend
 
 from swe_sandbox.batch import load_tasks, run_batch
 from swe_sandbox.batch.records import ResultsLog

@@ -15,7 +15,7 @@ import time
 import pytest
 from batch_fixtures import (MARKER, batch_argv, calc_repo, calc_task, fix_patch, run, wait_for,  # noqa: F401
                             write_tasks)  # noqa: F401
-from conftest import require_backend
+from helpers.variants import require_backend
 
 from swe_sandbox.batch.records import ResultsLog
 

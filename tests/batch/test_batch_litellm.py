@@ -11,7 +11,7 @@ import threading
 
 import pytest
 from batch_fixtures import calc_repo, calc_task, run, write_tasks  # noqa: F401 - fixture
-from conftest import require_backend
+from helpers.variants import require_backend
 from helpers.interrupts import interrupt_when
 from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 from batch_fixtures import run
-from conftest import require_backend
+from helpers.variants import require_backend
 from suite_fixtures import SCRIPTED_FAILURE, replay_args, rows, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch import load_tasks

@@ -21,7 +21,15 @@ from pathlib import Path
 import pytest
 
 import swe_sandbox
-from conftest import host_processes_with, require_backend, run, sandbox_processes_with, unique_marker, wait_host_gone
+from helpers.variants import require_backend
+from swe_sandbox.testing.kit import (
+    host_processes_with,
+    run,
+    sandbox_processes_with,
+    unique_marker,
+    wait_host_gone,
+    wait_until,
+)
 
 pytestmark = pytest.mark.bwrap
 
@@ -197,8 +205,7 @@ def test_no_connection_to_host_loopback(sandbox):
     try:
         sanity = socket.create_connection(("127.0.0.1", server.port), timeout=2)
         sanity.close()
-        time.sleep(0.2)
-        assert len(server.accepted) == 1, "the host server does not work"
+        assert wait_until(lambda: len(server.accepted) == 1, within=2.0), "the host server does not work"
         result = run(sandbox, f"python3 -c '{CONNECT_SCRIPT}' 127.0.0.1:{server.port} localhost:{server.port}")
         time.sleep(0.3)
         assert "CONNECTED" not in result["output"], result

@@ -14,7 +14,8 @@ import time
 import pytest
 
 import swe_sandbox
-from conftest import host_processes_with, require_backend, unique_marker
+from helpers.variants import require_backend
+from swe_sandbox.testing.kit import host_processes_with, unique_marker
 from swe_sandbox.environments.engine import LABEL_OWNER_PID
 
 ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]

@@ -15,7 +15,8 @@ import time
 import pytest
 
 import swe_sandbox
-from conftest import host_processes_with, require_backend, unique_marker
+from helpers.variants import require_backend
+from swe_sandbox.testing.kit import host_processes_with, unique_marker
 from swe_sandbox.environments.container import DEFAULT_CAP_ADD
 
 ENGINES = ("docker", "podman")

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import variant_cli_args, variant_spec
+from helpers.variants import variant_cli_args, variant_spec
 from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 from swe_sandbox.agent import demo

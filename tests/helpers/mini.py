@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from conftest import require_backend, shareable_workspace
+from helpers.variants import require_backend
+from swe_sandbox.testing.kit import shareable_workspace
 
 #: The backends the issue names, each with its class in ``swe_sandbox.minisweagent``.
 MINI_CLASSES = {

@@ -25,7 +25,7 @@ from helpers.mini import (
     wait_no_containers,
 )
 
-from conftest import host_processes_with, unique_marker, wait_host_gone
+from swe_sandbox.testing.kit import host_processes_with, unique_marker, wait_host_gone
 
 quiet_mini()
 import minisweagent.exceptions  # noqa: E402

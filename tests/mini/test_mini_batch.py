@@ -22,7 +22,7 @@ from helpers.mini import (
     wait_no_containers,
 )
 
-from conftest import shareable_workspace
+from swe_sandbox.testing.kit import shareable_workspace
 
 INSTANCES = [{"instance_id": f"demo__project-{n}", "problem_statement": f"Print the number {n}."} for n in (1, 2, 3)]
 

@@ -23,7 +23,7 @@ from helpers.mini import (
     run_mini,
 )
 
-from conftest import shareable_workspace
+from swe_sandbox.testing.kit import shareable_workspace
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from conftest import variant_cli_args, variant_spec
+from helpers.variants import variant_cli_args, variant_spec
 from typer.testing import CliRunner
 
 from swe_sandbox.cli import display
@@ -112,7 +112,7 @@ def test_run_with_a_task_file_and_a_config_file(backend, tmp_path):
 
 
 def test_run_defaults_to_bwrap(tmp_path):
-    from conftest import require_backend
+    from helpers.variants import require_backend
 
     require_backend("bwrap")
     out = tmp_path / "t.json"
@@ -201,7 +201,8 @@ def test_confirm_mode_rejects_edits_and_stops_asking(monkeypatch, tmp_path):
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
 def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
-    from conftest import start_cli_until_running, unique_marker, wait_host_gone
+    from helpers.cli_process import start_cli_until_running
+    from swe_sandbox.testing.kit import unique_marker, wait_host_gone
 
     marker = unique_marker()
     out = tmp_path / "t.json"
@@ -322,7 +323,8 @@ def test_demo_with_an_unknown_env_says_only_that():
 # -- SIGTERM / SIGHUP ---------------------------------------------------------------------------
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend, tmp_path, signum):
-    from conftest import start_cli_until_running, unique_marker, wait_host_gone
+    from helpers.cli_process import start_cli_until_running
+    from swe_sandbox.testing.kit import unique_marker, wait_host_gone
 
     marker = unique_marker()
     out = tmp_path / "t.json"

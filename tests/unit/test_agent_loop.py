@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import kill_server_when_running, read_in_sandbox, unique_marker, variant_spec
+from helpers.variants import variant_spec
+from swe_sandbox.testing.kit import kill_server_when_running, read_in_sandbox, unique_marker
 from helpers.openai_server import validate_request
 
 from swe_sandbox.agent import ActionRejected, DefaultAgent, load_run_config

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import read_in_sandbox
+from swe_sandbox.testing.kit import read_in_sandbox
 
 import swe_sandbox
 from swe_sandbox.agent import DefaultAgent, load_run_config

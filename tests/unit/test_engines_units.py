@@ -41,6 +41,7 @@ from swe_sandbox.environments.fallback import (
     popen_exec,
 )
 from swe_sandbox.errors import SandboxDied, SandboxError
+from swe_sandbox.testing.kit import wait_until
 
 
 # -- a host fallback: the exec fallback's script run by the host's sh --------------------------------
@@ -121,9 +122,10 @@ def test_fallback_timeout_kills_the_tree_and_keeps_partial_output(host_fallback)
     assert result["exception_info"] == "Command timed out after 1 seconds"
     assert result["output"] == "start\n"
     assert elapsed < 2.0
-    time.sleep(0.2)
-    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
-    assert left == "", f"left running: {left}"
+    def left() -> str:
+        return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout
+
+    assert wait_until(lambda: left() == "", within=1.0), f"left running: {left()}"
     assert run(host_fallback, "echo alive")["output"] == "alive\n"
 
 

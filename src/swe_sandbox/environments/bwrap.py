@@ -276,6 +276,15 @@ class BwrapEnvironment(Environment):
                  "seccomp, process/memory/file limits, read-only system, writable workspace and /tmp")
     config: BwrapConfig
 
+    @classmethod
+    def missing_capabilities(cls, config: BwrapConfig) -> dict[str, str]:
+        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
+        from swe_sandbox.testing import capabilities as cap
+
+        return {cap.FILES_OUTSIDE_WORKSPACE: "only the workspace mount is shared with the host; the rest of the sandbox "
+                                             "is read-only binds and private tmpfs, so upload/download reach paths "
+                                             "under mount_point only (ValueError elsewhere)"}
+
     def __init__(self, config: BwrapConfig):
         super().__init__(config)
         self._tmp_workspace: str | None = None

@@ -292,6 +292,19 @@ class ContainerEnvironment(Environment):
                              "namespaces, no network, pids/memory/cpu limits")
     config: ContainerConfig
 
+    @classmethod
+    def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
+        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
+        from swe_sandbox.environments import fallback
+        from swe_sandbox.testing import capabilities as cap
+
+        if config.runner != "exec":
+            return {}
+        return {**fallback.missing_capabilities(),
+                cap.TAMPERPROOF_TIMEOUT: "exec fallback: the lifetime guard is a shell run by the container's root, so "
+                                         "a root command can make it exec anything (what it starts descends from no "
+                                         "command, and survives the command's timeout)"}
+
     def __init__(self, config: ContainerConfig):
         super().__init__(config)
         if config.workspace is not None and not Path(config.workspace).is_dir():

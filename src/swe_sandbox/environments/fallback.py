@@ -421,3 +421,31 @@ def popen_exec(argv_prefix: list[str], env: dict[str, str] | None = None) -> Cal
                                 stderr=subprocess.PIPE, env=env, start_new_session=True, close_fds=True)
 
     return start
+
+
+def missing_capabilities(shared_host: bool = False) -> dict[str, str]:
+    """What the exec fallback lacks next to the runner (``swe_sandbox.testing.capabilities``),
+    for the ``missing_capabilities`` of every backend that runs it.
+
+    Args:
+        shared_host: the commands run on a host shared with others (local, ssh), where orphans
+            cannot be swept (``ExecFallbackChannel``'s ``sweep_orphans``).
+    """
+    from swe_sandbox.testing import capabilities as cap
+
+    shared = {cap.ORPHAN_SWEEP: "exec fallback on a shared host: no runner adopts orphans and the host's PID 1 "
+                                "adopts everyone's, so an escapee that clears its environment and closes its trace "
+                                "fds (8, 9) is not told apart from the host's daemons"} if shared_host else {}
+    return {**shared,
+        cap.LONG_LIVED_RUNNER: "exec fallback: no runner lives between commands (nothing watches the sandbox "
+                               "between them; a command's parent is the per-command `sh` wrapper)",
+        cap.PRIVATE_RUNNER_CHANNEL: "exec fallback: the per-command wrapper is a plain shell of the command's user, "
+                                    "so a command can write into the exec's streams (what it writes lands in its "
+                                    "own output; the result stays its own)",
+        cap.UNREACHABLE_RUNNER_CHANNEL: "exec fallback: the per-command wrapper (and its output reader) is a plain "
+                                        "shell of the command's user holding the exec's streams, which that user's "
+                                        "processes may open through /proc",
+        cap.PRIVATE_COMMAND_OUTPUT: "exec fallback: a background job can write into a later command's output (the "
+                                    "exec's stdout, or the FIFO its command writes to), which is relayed as raw "
+                                    "bytes; only the returncode is checked against the transport",
+    }

@@ -7,17 +7,25 @@ forwarded except ``PASSTHROUGH_ENV`` (needed for tools to work), plus ``env`` an
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
+from typing import Callable, Literal
 
 from swe_sandbox.config import EnvironmentConfig
-from swe_sandbox.environments import hostcopy
+from swe_sandbox.environments import fallback, hostcopy
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
 PASSTHROUGH_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+#: Where the exec fallback keeps each run's trace file (``fallback.trace_path``).
+TRACE_DIR = tempfile.gettempdir()
 
 
 class LocalConfig(EnvironmentConfig):
@@ -26,6 +34,10 @@ class LocalConfig(EnvironmentConfig):
     backend: str = "local"
     python: str = ""
     """Interpreter that runs the runner; empty: the one running swe-sandbox."""
+    runner: Literal["python", "exec"] = "python"
+    """``python``: the runner, one process for every command; ``exec``: the exec fallback, one ``sh``
+    wrapper per command (``fallback.ExecFallbackChannel``; what container and ssh hosts without
+    python3 get, here checkable on any host)."""
 
 
 class LocalEnvironment(Environment):
@@ -34,17 +46,48 @@ class LocalEnvironment(Environment):
     config_class = LocalConfig
     isolation = "none: commands run on the host as you, with your files and network"
     config: LocalConfig
+    _fallback_run: str | None = None  # run token of the exec fallback's commands (runner: exec)
+
+    @classmethod
+    def missing_capabilities(cls, config: LocalConfig) -> dict[str, str]:
+        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
+        from swe_sandbox.testing import capabilities as cap
+
+        gaps = {cap.HOST_ISOLATION: "no isolation: commands run on the host itself",
+                cap.PRIVATE_RUNNER_CHANNEL: "no isolation: a command runs as the calling user, who may open the "
+                                            "runner's pipes",
+                cap.UNREACHABLE_RUNNER_CHANNEL: "no isolation: the host process holding the other ends of the "
+                                                "runner's pipes runs as the commands' user",
+                cap.SETID_FREE_WORKSPACE: "no isolation: commands run on the host and write the caller's own "
+                                          "directories directly"}
+        if os.geteuid() == 0:
+            gaps[cap.NOT_HOST_ROOT] = "no isolation: commands run on the host itself as the calling user, here root"
+            gaps[cap.TAMPERPROOF_TIMEOUT] = ("no isolation: commands run on the host as its root, who may replace "
+                                             "its own `sleep` (only tested, never done)")
+        if config.runner == "exec":
+            gaps.update(fallback.missing_capabilities(shared_host=True))
+        return gaps
 
     def _open_channel(self) -> Channel:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+        if self.config.runner == "exec":
+            channel = fallback.ExecFallbackChannel(self._start_exec(self.sandbox_env(base)), shared_clock=True,
+                                                   trace_dir=TRACE_DIR)
+            self._fallback_run = channel.run_id  # its commands carry it as their run token
+            return channel
         argv = [self.config.python or sys.executable, *ISOLATED, "-c", BOOTSTRAP]
         return spawn_runner(argv, self.sandbox_env(base), cwd=self.config.cwd or None)
 
+    def _start_exec(self, env: dict[str, str]) -> Callable[[list[str]], HostExec]:
+        """The exec fallback's ``start_exec``: ``argv`` on the host, in ``config.cwd``, with ``env`` only."""
+        return lambda argv: HostExec(argv, env, self.config.cwd or None)
+
     def _stop(self) -> None:
-        """If the runner died before it could, end what its commands left running on the host."""
-        run_id = self.info.get("run_id")
-        if run_id:
+        """End what commands left running on the host (the exec fallback, or a runner that died first)."""
+        for run_id in filter(None, (self.info.get("run_id"), self._fallback_run)):
             kill_tree(marker=f"\0{RUN_TOKEN_VAR}={run_id}\0".encode(), budget=1.0)
+        if self._fallback_run:
+            _kill_holders(fallback.trace_path(TRACE_DIR, self._fallback_run))
 
     def _upload(self, src: Path, dst: str) -> None:
         hostcopy.copy_paths(src, dst, follow_dst=False)  # a link at dst is replaced, as in a container
@@ -52,3 +95,51 @@ class LocalEnvironment(Environment):
     def _download(self, src: str, dst: Path) -> None:
         hostcopy.copy_paths(src, dst, follow_dst=True, limit=self.config.max_download_bytes)
 
+
+class HostExec:
+    """One exec-fallback command on the host, shaped like an engine's exec (``fallback.ExecHandle``).
+
+    Its streams end with its process: the wrapper's output reader, in the wrapper's process group,
+    is killed when the wrapper ends (a killed wrapper would otherwise leave it holding stdout until
+    the command ends). ``terminate`` kills the group: the wrapper itself shrugs off SIGTERM.
+    """
+
+    def __init__(self, argv: list[str], env: dict[str, str], cwd: str | None):
+        self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      env=env, cwd=cwd, start_new_session=True, close_fds=True)
+        self.stdin, self.stdout, self.stderr = self._proc.stdin, self._proc.stdout, self._proc.stderr
+        threading.Thread(target=self._end_group, daemon=True).start()
+
+    def _end_group(self) -> None:
+        self._proc.wait()
+        self.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self._proc.wait(timeout)
+
+    def poll(self) -> int | None:
+        return self._proc.poll()
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except OSError:
+            pass  # already gone
+
+    terminate = kill
+
+
+def _kill_holders(path: str) -> None:
+    """SIGKILL every process holding ``path`` as its fd 8 (the exec fallback's run trace, which
+    ``setsid env -i`` escapees keep), then remove ``path``."""
+    if not os.path.exists(path):
+        return
+    for _ in range(3):  # a holder may fork while the scan runs
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.path.samefile(f"/proc/{pid}/fd/8", path):
+                    os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                continue
+    with contextlib.suppress(OSError):
+        os.unlink(path)

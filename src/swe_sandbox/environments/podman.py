@@ -196,3 +196,12 @@ class PodmanEnvironment(ContainerEnvironment):
     config_class = PodmanConfig
     engine_class = PodmanEngine
     config: PodmanConfig
+
+    @classmethod
+    def missing_capabilities(cls, config: PodmanConfig) -> dict[str, str]:
+        """As docker's, but in a user namespace podman's exec streams refuse the command's opens (EACCES)."""
+        from swe_sandbox.testing import capabilities as cap
+
+        gaps = super().missing_capabilities(config)
+        gaps.pop(cap.PRIVATE_RUNNER_CHANNEL, None)
+        return gaps

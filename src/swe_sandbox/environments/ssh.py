@@ -121,6 +121,29 @@ class SshEnvironment(Environment):
                  "files and network (remote_sandbox: bwrap adds the bwrap policy there)")
     config: SshConfig
 
+    @classmethod
+    def missing_capabilities(cls, config: SshConfig) -> dict[str, str]:
+        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
+        import getpass
+
+        from swe_sandbox.environments import fallback
+        from swe_sandbox.testing import capabilities as cap
+
+        gaps: dict[str, str] = {}
+        if config.remote_sandbox == "none":
+            root = "SSH alone is not a sandbox: commands run as the SSH user, here root, "
+            gaps[cap.HOST_ISOLATION] = "SSH alone is not a sandbox: commands run on the remote host itself"
+            gaps[cap.SETID_FREE_WORKSPACE] = ("SSH alone is not a sandbox: the workspace is the SSH user's own "
+                                              "directory on the remote, where that user may set any mode bits")
+            if (config.username or getpass.getuser()) == "root":
+                gaps[cap.NOT_HOST_ROOT] = root + "who may write the host's kernel settings"
+                gaps[cap.TAMPERPROOF_TIMEOUT] = root + "who may replace the host's own `sleep` (only tested, never done)"
+                gaps[cap.PRIVATE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE opens the non-dumpable runner's pipes"
+                gaps[cap.UNREACHABLE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE reads the runner's fds and sshd's"
+        if config.runner == "exec":
+            gaps.update(fallback.missing_capabilities(shared_host=True))
+        return gaps
+
     def __init__(self, config: SshConfig):
         if not config.host:
             raise ConfigError("environment.host: required: the SSH server to run commands on")

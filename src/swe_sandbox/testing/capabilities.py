@@ -1,0 +1,74 @@
+"""What a backend can guarantee, by name: the conformance kit's vocabulary (no pytest import here).
+
+A backend declares what it LACKS, each with a reason, through a classmethod of its Environment
+class (the default, when it has none, is to lack nothing)::
+
+    @classmethod
+    def missing_capabilities(cls, config) -> dict[str, str]:
+        return {capabilities.LONG_LIVED_RUNNER: "one process per command, nothing lives between them"}
+
+The answer may depend on the config (``runner: exec``) and on the host (running as root). A kit
+test that needs a capability says so with ``@requires(...)`` (``swe_sandbox.testing.kit``); where
+the backend lacks it, the test becomes ``xfail(strict=True, reason=<the backend's reason>)``: it
+must fail there, and passing is an error (the declaration is then stale).
+
+Facts (``HOST_ISOLATION``, ``HOST_VISIBLE_PROCESSES``) are capabilities tests branch on rather
+than require: without them an attack is replaced by a harmless probe, or a host-side check is left
+out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+LONG_LIVED_RUNNER = "long_lived_runner"
+PRIVATE_RUNNER_CHANNEL = "private_runner_channel"
+UNREACHABLE_RUNNER_CHANNEL = "unreachable_runner_channel"
+PRIVATE_COMMAND_OUTPUT = "private_command_output"
+TAMPERPROOF_TIMEOUT = "tamperproof_timeout"
+ORPHAN_SWEEP = "orphan_sweep"
+NOT_HOST_ROOT = "not_host_root"
+SETID_FREE_WORKSPACE = "setid_free_workspace"
+FILES_OUTSIDE_WORKSPACE = "files_outside_workspace"
+HOST_ISOLATION = "host_isolation"
+HOST_VISIBLE_PROCESSES = "host_visible_processes"
+
+#: Every capability, with what having it means.
+CAPABILITIES: dict[str, str] = {
+    LONG_LIVED_RUNNER: "one runner process lives across commands: it is every command's parent and sees "
+                       "the sandbox vanish between commands",
+    PRIVATE_RUNNER_CHANNEL: "a command cannot write into the channel that carries its own result",
+    UNREACHABLE_RUNNER_CHANNEL: "no process in the sandbox can open the runner channel's ends (through /proc)",
+    PRIVATE_COMMAND_OUTPUT: "a background job cannot write into a later command's output",
+    TAMPERPROOF_TIMEOUT: "nothing a command starts through the sandbox's own helpers (its lifetime guard, "
+                         "the binaries a timeout uses) outlives the command's timeout",
+    ORPHAN_SWEEP: "a timeout ends the command's orphans even when they clear their token and trace fds",
+    NOT_HOST_ROOT: "commands do not run as the host's root (nor may write its kernel settings)",
+    SETID_FREE_WORKSPACE: "no setuid/setgid file made by a command reaches a host workspace",
+    FILES_OUTSIDE_WORKSPACE: "upload/download reach any absolute path of the sandbox, not only the workspace",
+    HOST_ISOLATION: "commands run in a sandbox, not directly on a host (attacks on the host are tried "
+                    "for real, not replaced by harmless probes)",
+    HOST_VISIBLE_PROCESSES: "the sandbox's processes show in this host's /proc (same kernel)",
+}
+
+
+def missing_capabilities(environment_class: type, config: Any) -> dict[str, str]:
+    """What ``environment_class`` lacks with ``config``: ``{capability: reason}``.
+
+    Args:
+        environment_class: an Environment subclass (its ``missing_capabilities`` classmethod, if any).
+        config: the validated config the environment is made with.
+
+    Returns:
+        dict[str, str]: capability name -> why the backend lacks it; empty when it lacks nothing.
+
+    Raises:
+        ValueError: the backend names a capability that does not exist (a typo would hide a test).
+    """
+    declare = getattr(environment_class, "missing_capabilities", None)
+    gaps: Mapping[str, str] = declare(config) if declare is not None else {}
+    unknown = sorted(set(gaps) - set(CAPABILITIES))
+    if unknown:
+        raise ValueError(f"{environment_class.__name__} declares unknown capabilities {unknown} "
+                         f"(known: {', '.join(CAPABILITIES)})")
+    return dict(gaps)

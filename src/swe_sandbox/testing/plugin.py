@@ -1,0 +1,33 @@
+"""pytest plugin (entry point ``pytest11``) running the conformance kit against a named backend::
+
+    pytest --pyargs swe_sandbox.testing --swe-sandbox-backend NAME
+
+NAME is a backend registered in the ``swe_sandbox.environments`` entry-point group (or built in),
+a preset name, or a YAML environment file. Inert unless asked: without the option it only adds the
+option and the ``swe_sandbox_requires`` marker; with it, it registers the kit's fixtures
+(``swe_sandbox.testing.fixtures``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from swe_sandbox.testing.kit import REQUIRES_MARKER
+
+FIXTURES = "swe_sandbox.testing.fixtures"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("swe-sandbox", "swe-sandbox conformance kit")
+    group.addoption("--swe-sandbox-backend", dest="swe_sandbox_backend", default=None, metavar="NAME",
+                    help="run the swe_sandbox.testing kit against this backend (entry-point name, "
+                         "preset name or YAML file)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{REQUIRES_MARKER}(*capabilities): the test needs these "
+                                       "capabilities of the backend (swe_sandbox.testing.capabilities)")
+    if config.getoption("swe_sandbox_backend") and not config.pluginmanager.has_plugin(FIXTURES):
+        import importlib
+
+        config.pluginmanager.register(importlib.import_module(FIXTURES), FIXTURES)
