@@ -92,7 +92,8 @@ def model_args(tool: str, url: str | None, command: str, steps: int) -> list[str
     if tool == "swe-sandbox":
         return ["-c", "model.model_class=deterministic", "-c", f"model.outputs={json.dumps([command] * steps)}"]
     reply = {"role": "assistant", "content": "Next step.", "extra": {"actions": [{"command": command}]}}
-    return ["--model-class", "deterministic", "-m", "deterministic", "-c", f"model.outputs={json.dumps([reply] * steps)}"]
+    return ["--model-class", "deterministic", "-m", "deterministic",
+            "-c", f"model.outputs={json.dumps([reply] * steps)}"]
 
 
 def swe_sandbox_argv(tasks: Path, out: Path, workers: int, run: str) -> list[str]:
@@ -164,7 +165,8 @@ def wait_gone(run: str, within: float = 60) -> int:
     not load the next measurement. Returns how many had to be force-removed after ``within`` s."""
     deadline = time.monotonic() + within
     while True:
-        done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}={run}"], capture_output=True, text=True)
+        done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}={run}"],
+                              capture_output=True, text=True)
         left = done.stdout.split()
         if not left or time.monotonic() >= deadline:
             break

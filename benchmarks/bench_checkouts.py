@@ -51,14 +51,14 @@ def one():
         raise SystemExit(f"{command!r} failed: {result}")
     return took
 try:
-    for _ in range(%d):
+    for _ in range(WARMUP):
         one()
     print(json.dumps({"ready": swe_sandbox.__file__}), flush=True)
     for line in sys.stdin:
         print(json.dumps([one() for _ in range(int(line))]), flush=True)
 finally:
     env.close()
-""" % WARMUP
+""".replace("WARMUP", str(WARMUP))
 
 
 class Child:

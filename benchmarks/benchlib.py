@@ -19,10 +19,11 @@ import statistics
 import subprocess
 import time
 import uuid
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 #: A method's call, and optionally an untimed teardown it returns (e.g. closing an environment).
-Call = Callable[[], Optional[Callable[[], None]]]
+Call = Callable[[], Callable[[], None] | None]
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -88,7 +89,7 @@ class ExecContainer:
         self.name = f"swe-sandbox-bench-{uuid.uuid4().hex[:12]}"
         self.rm_extra = ["--time", "0"] if podman else []
 
-    def __enter__(self) -> "ExecContainer":
+    def __enter__(self) -> ExecContainer:
         try:
             run_checked([*self.cli, "run", "-d", "--network", "none", "--name", self.name,
                          self.image, "sleep", "infinity"], None, self.env)

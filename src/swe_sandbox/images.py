@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from swe_sandbox.config import data_dir
 from swe_sandbox.errors import ImageBuildError

@@ -37,7 +37,8 @@ import functools
 import re
 import sys
 import weakref
-from typing import Any, Callable, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import minisweagent.exceptions
 
@@ -205,7 +206,7 @@ class _MiniEnvironment:
             if result["returncode"] != 0 or len(lines) != len(UNAME_FIELDS):
                 why = result["exception_info"] or f"returncode {result['returncode']}"
                 raise errors.SandboxError(f"cannot read the sandbox's uname ({why}): {result['output'][-500:]!r}")
-            self._uname = dict(zip(UNAME_FIELDS, lines))
+            self._uname = dict(zip(UNAME_FIELDS, lines, strict=True))
         return dict(self._uname)
 
     def get_template_vars(self, **kwargs: Any) -> dict[str, Any]:

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 MASK = "***"
 #: Shorter values are only masked by key, never searched for in text (too many false hits).

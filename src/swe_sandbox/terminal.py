@@ -30,7 +30,7 @@ _CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
 
 def escape_controls(text: str) -> str:
     """``text`` with its control characters shown as ``\\xNN`` (see the module doc for which)."""
-    return _CONTROL_RE.sub(lambda m: "\\x%02x" % ord(m.group()), text)
+    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def has_controls(text: str) -> bool:

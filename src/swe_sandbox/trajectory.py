@@ -24,8 +24,9 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from swe_sandbox.errors import ConfigError
 from swe_sandbox.redact import redact

@@ -8,8 +8,9 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.environments.base import Environment
@@ -52,7 +53,7 @@ def _ignore_special(directory: str, names: list[str]) -> set[str]:
     return ignored
 
 
-def upload_workspace(environment: "Environment", workspace: Path, target: str,
+def upload_workspace(environment: Environment, workspace: Path, target: str,
                      warn: Callable[[str], None] | None = None) -> None:
     """Copy the directory ``workspace`` to ``target`` in the sandbox, without its special files.
 
@@ -93,7 +94,7 @@ def upload_workspace(environment: "Environment", workspace: Path, target: str,
 
 
 def build_environment(data: dict[str, Any], workspace: Path | None,
-                      warn: Callable[[str], None] | None = None) -> tuple["Environment", Path | None]:
+                      warn: Callable[[str], None] | None = None) -> tuple[Environment, Path | None]:
     """Create the environment and put a copy of ``workspace`` in its working directory.
 
     ``local`` gets a fresh temporary copy as its ``cwd`` (returned, to be removed after the run);

@@ -56,10 +56,10 @@ def trajectory_path(output_dir: Path, instance_id: str) -> Path:
 class BatchRun:
     """One run of ``run_batch`` over an output directory (see ``run_batch`` for the arguments)."""
 
-    def __init__(self, tasks: list["Task"], output_dir: Path, run_config: dict[str, Any],
+    def __init__(self, tasks: list[Task], output_dir: Path, run_config: dict[str, Any],
                  env_config: dict[str, Any], *, workers: int, evaluate: bool, max_attempts: int,
                  redo_existing: bool, budget: CostBudget, cancel: Cancellation,
-                 progress: "BatchProgress", eval_timeout: float, ray: "RayOptions | None" = None):
+                 progress: BatchProgress, eval_timeout: float, ray: RayOptions | None = None):
         self.ray = ray
         self.tasks = {t.instance_id: t for t in tasks}
         self.dir, self.run_config, self.env_config = output_dir, run_config, env_config
@@ -239,10 +239,10 @@ class BatchRun:
         atomic_write_text(self.dir / rec.REPORT_FILE, to_json(report, indent=2) + "\n")
 
 
-def run_batch(tasks: list["Task"], output_dir: str | Path, *, run_config: dict[str, Any] | None = None,
+def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str, Any] | None = None,
               env_config: str | dict[str, Any] = "bwrap", workers: int = 1, evaluate: bool = False,
               max_attempts: int = DEFAULT_MAX_ATTEMPTS, redo_existing: bool = False, cost_limit: float = 0.0,
-              eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, progress: "BatchProgress | None" = None,
+              eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, progress: BatchProgress | None = None,
               cancel: Cancellation | None = None, executor: Literal["threads", "ray"] = "threads",
               ray_address: str = "local") -> Path:
     """Run ``rollout`` for every task not done yet, ``workers`` at once; write ``output_dir``.

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from pathlib import Path
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
@@ -38,7 +38,7 @@ class EvalAttempt(NamedTuple):
     ray_node: str = ""
 
 
-def match_predictions(predictions: list[dict[str, Any]], tasks: list["Task"]) -> dict[str, dict[str, Any]]:
+def match_predictions(predictions: list[dict[str, Any]], tasks: list[Task]) -> dict[str, dict[str, Any]]:
     """``{instance_id: prediction}``, checked against the tasks.
 
     Raises:
@@ -52,11 +52,11 @@ def match_predictions(predictions: list[dict[str, Any]], tasks: list["Task"]) ->
     return {p["instance_id"]: p for p in predictions}
 
 
-def run_eval(predictions: list[dict[str, Any]], tasks: list["Task"], output_dir: str | Path, *,
+def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: str | Path, *,
              env_config: str | dict[str, Any] = "bwrap", workers: int = 1, max_attempts: int = 3,
              redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
              executor: Literal["threads", "ray"] = "threads", ray_address: str = "local",
-             cancel: "Cancellation | None" = None) -> dict[str, Any]:
+             cancel: Cancellation | None = None) -> dict[str, Any]:
     """Evaluate ``predictions`` (from ``load_predictions``) of ``tasks``; write ``output_dir``.
 
     ``workers`` at once on this machine, or (``executor="ray"``) one Ray task per evaluation on a
@@ -129,7 +129,7 @@ def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:
     return RayExecutor(ray, CostBudget(), cancel, BatchProgress())
 
 
-def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, cancel: Cancellation, task: "Task",
+def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, cancel: Cancellation, task: Task,
            patch: str | None) -> cf.Future:
     if not on_ray:
         return pool.submit(_evaluate_cancellable, task, patch, env, timeout, cancel)
@@ -139,13 +139,13 @@ def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, cancel:
     return pool.submit(call, partial(_lost, task, patch))
 
 
-def _lost(task: "Task", patch: str | None, exit_status: str, error: str, where: dict[str, str]) -> EvalAttempt:
+def _lost(task: Task, patch: str | None, exit_status: str, error: str, where: dict[str, str]) -> EvalAttempt:
     """The attempt of an evaluation whose Ray task was lost with its worker or node (runs again)."""
     result = infra_failed(task, patch, f"{exit_status}: {error}")
     return EvalAttempt(result, time.time(), where.get("node", ""), where.get("ray_node", ""))
 
 
-def evaluate_one(task: "Task", patch: str | None, env: dict[str, Any], timeout: float,
+def evaluate_one(task: Task, patch: str | None, env: dict[str, Any], timeout: float,
                  cancel: Cancellation | None = None) -> EvalAttempt:
     """``evaluate`` with when it started: one unit of work of ``run_eval``.
 
@@ -156,7 +156,7 @@ def evaluate_one(task: "Task", patch: str | None, env: dict[str, Any], timeout: 
     return EvalAttempt(evaluate(task, patch, env, timeout=timeout, cancel=cancel), started)
 
 
-def _evaluate_cancellable(task: "Task", patch: str | None, env: dict[str, Any], timeout: float,
+def _evaluate_cancellable(task: Task, patch: str | None, env: dict[str, Any], timeout: float,
                           cancel: Cancellation) -> EvalAttempt | None:
     """``evaluate_one`` in a pool thread: None when the cancel cut it short (a KeyboardInterrupt
     raised in a worker thread would only be re-raised by ``future.result()``)."""

@@ -68,8 +68,8 @@ class EvalResult(BaseModel):
     patch: str | None = None
 
 
-def evaluate(task: "Task", patch: str | None, env_config: dict[str, Any], *,
-             timeout: float = DEFAULT_EVAL_TIMEOUT_S, cancel: "Cancellation | None" = None) -> EvalResult:
+def evaluate(task: Task, patch: str | None, env_config: dict[str, Any], *,
+             timeout: float = DEFAULT_EVAL_TIMEOUT_S, cancel: Cancellation | None = None) -> EvalResult:
     """Apply ``patch`` in a fresh sandbox of ``task``, run its tests and grade them.
 
     Args:
@@ -111,7 +111,7 @@ def evaluate(task: "Task", patch: str | None, env_config: dict[str, Any], *,
     return result
 
 
-def infra_failed(task: "Task", patch: str | None, error: str) -> EvalResult:
+def infra_failed(task: Task, patch: str | None, error: str) -> EvalResult:
     """The result of an evaluation that had no verdict for an infrastructure reason (``error``):
     its sandbox did not start or died, or (Ray) its node was lost. It runs again."""
     result = _failed(task, patch, ERROR, error)
@@ -119,12 +119,12 @@ def infra_failed(task: "Task", patch: str | None, error: str) -> EvalResult:
     return result
 
 
-def _failed(task: "Task", patch: str | None, status: str, error: str, log: str = "") -> EvalResult:
+def _failed(task: Task, patch: str | None, status: str, error: str, log: str = "") -> EvalResult:
     report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
     return EvalResult(instance_id=task.instance_id, status=status, error=error, report=report, log=log, patch=patch)
 
 
-def _run(environment: "Environment", task: "Task", patch: str, timeout: float) -> EvalResult:
+def _run(environment: Environment, task: Task, patch: str, timeout: float) -> EvalResult:
     log: list[str] = []
     applied = _apply_model_patch(environment, patch, log)
     if applied is None:
@@ -146,14 +146,16 @@ def _run(environment: "Environment", task: "Task", patch: str, timeout: float) -
     return graded
 
 
-def grade(task: "Task", patch: str, output: str, returncode: int, timed_out: bool) -> EvalResult:
+def grade(task: Task, patch: str, output: str, returncode: int, timed_out: bool) -> EvalResult:
     """The verdict from ``eval_command``'s output and exit status (rules: ``swe_sandbox.batch.grading``).
 
     A timeout is status ``timeout`` (SWE-bench writes no report for it: an error there).
     """
     status_map = grading.LOG_PARSERS[task.log_parser](output)
     usable = not timed_out and (not task.has_tests or grading.usable_log(status_map, returncode))
-    tests = grading.tests_status(status_map, task.FAIL_TO_PASS, task.PASS_TO_PASS) if usable and task.has_tests else None
+    tests = None
+    if usable and task.has_tests:
+        tests = grading.tests_status(status_map, task.FAIL_TO_PASS, task.PASS_TO_PASS)
     resolved = usable and (grading.is_resolved(tests) if tests is not None else returncode == 0)
     status = TIMEOUT if timed_out else (RESOLVED if resolved else UNRESOLVED)
     report = grading.instance_report(task.instance_id, patch, applied=usable, resolved=resolved, status=tests)
@@ -161,7 +163,7 @@ def grade(task: "Task", patch: str, output: str, returncode: int, timed_out: boo
                       report=report, patch=patch)
 
 
-def _apply_model_patch(environment: "Environment", patch: str, log: list[str]) -> str | None:
+def _apply_model_patch(environment: Environment, patch: str, log: list[str]) -> str | None:
     """Apply ``patch`` with SWE-bench's chain; the command that worked, or None."""
     _sh(environment, _write_file("model.patch", patch), check=True)
     for attempt, command in enumerate(GIT_APPLY_CMDS):
@@ -184,7 +186,7 @@ def _write_file(name: str, text: str, then: str = "") -> str:
     return f"mkdir -p {PATCH_DIR} && base64 -d > {PATCH_DIR}/{name} <<'EOF'{after}\n{encoded}EOF"
 
 
-def _execute(environment: "Environment", command: str, timeout: float) -> dict[str, Any]:
+def _execute(environment: Environment, command: str, timeout: float) -> dict[str, Any]:
     """``execute``, where output that starts with the submission sentinel is just output."""
     from swe_sandbox.errors import Submitted
 
@@ -194,7 +196,7 @@ def _execute(environment: "Environment", command: str, timeout: float) -> dict[s
         return exc.result
 
 
-def _sh(environment: "Environment", command: str, *, check: bool = False) -> dict[str, Any]:
+def _sh(environment: Environment, command: str, *, check: bool = False) -> dict[str, Any]:
     result = _execute(environment, command, STEP_TIMEOUT_S)
     if check and result["returncode"] != 0:
         from swe_sandbox.errors import SandboxError
@@ -203,7 +205,7 @@ def _sh(environment: "Environment", command: str, *, check: bool = False) -> dic
     return result
 
 
-def write_eval_files(result: EvalResult, directory: "Path") -> None:
+def write_eval_files(result: EvalResult, directory: Path) -> None:
     """Write ``patch.diff``, ``test_output.txt`` and, for a graded prediction (resolved or
     unresolved), ``report.json`` into ``directory`` (created), each atomically. SWE-bench's names
     and rule: an instance without ``report.json`` (patch failed, timeout, error) is an error.

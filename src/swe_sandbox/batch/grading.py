@@ -20,7 +20,8 @@ With ``log_parser: exit_status`` (and no test lists), resolved means the command
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 PYTEST_PARSER = "pytest"
 EXIT_STATUS_PARSER = "exit_status"

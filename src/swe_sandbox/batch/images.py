@@ -10,7 +10,8 @@ so a SWE-bench export runs with
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from swe_sandbox.batch.tasks import TaskFileError
 from swe_sandbox.environments.image_ref import check_reference
@@ -28,7 +29,7 @@ def instance_id_docker(instance_id: str) -> str:
     return instance_id.replace("__", DUNDER_REPLACEMENT).lower()
 
 
-def apply_image_template(tasks: list["Task"], template: str) -> None:
+def apply_image_template(tasks: list[Task], template: str) -> None:
     """Set ``image`` of every task that has none to ``template`` formatted over its fields.
 
     Raises:
@@ -49,10 +50,11 @@ def apply_image_template(tasks: list["Task"], template: str) -> None:
         try:
             task.image = check_reference(image)
         except ValueError as exc:
-            raise TaskFileError(f"task {task.instance_id!r} (line {task.source_line}): --image-template: {exc}") from None
+            where = f"task {task.instance_id!r} (line {task.source_line})"
+            raise TaskFileError(f"{where}: --image-template: {exc}") from None
 
 
-def images_of(tasks: list["Task"], default: str = "") -> dict[str, list[str]]:
+def images_of(tasks: list[Task], default: str = "") -> dict[str, list[str]]:
     """``{image: [instance_id, ...]}`` in task order; a task without ``image`` counts for ``default``."""
     found: dict[str, list[str]] = {}
     for task in tasks:
@@ -62,10 +64,10 @@ def images_of(tasks: list["Task"], default: str = "") -> dict[str, list[str]]:
     return found
 
 
-def pull_reporter(instance_id: str, report: Callable[..., None]) -> Callable[["PullProgress"], None]:
+def pull_reporter(instance_id: str, report: Callable[..., None]) -> Callable[[PullProgress], None]:
     """A pull listener that shows an instance's image pull on its line of the batch's progress."""
 
-    def listener(progress: "PullProgress") -> None:
+    def listener(progress: PullProgress) -> None:
         if progress.finished:
             report(instance_id, phase="starting", detail="")
         else:
@@ -74,7 +76,7 @@ def pull_reporter(instance_id: str, report: Callable[..., None]) -> Callable[["P
     return listener
 
 
-def template_fields(task: "Task") -> dict[str, Any]:
+def template_fields(task: Task) -> dict[str, Any]:
     """What ``--image-template`` may name for ``task``: the fields its line has (not the defaults
     filled in for the others) and ``instance_id_docker``."""
     return {**task.model_dump(exclude_unset=True), "instance_id_docker": instance_id_docker(task.instance_id)}

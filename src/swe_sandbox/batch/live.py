@@ -40,11 +40,11 @@ class LiveProgress(Tally):
         self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=2,
                          transient=False, redirect_stdout=False, redirect_stderr=False)
 
-    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+    def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         super().started(total=total, pending=pending, finished=finished)
         self.live.start()
 
-    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+    def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         super().finished(record, result)
         if record is not None and not record.done:
             self.live.console.print(f"[yellow]{result.instance_id}[/]: {record.exit_status} (infrastructure "

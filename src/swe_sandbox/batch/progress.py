@@ -26,7 +26,7 @@ COMMAND_WIDTH = 60
 class BatchProgress:
     """Receives a batch's events; shows nothing. Subclass it for another display."""
 
-    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+    def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         """The batch starts: ``total`` instances, ``pending`` to run, ``finished``: done before."""
 
     def update(self, instance_id: str, **fields: Any) -> None:
@@ -34,7 +34,7 @@ class BatchProgress:
         (shown instead of the command while not empty): the image pull under way; on Ray also
         ``node`` (host name) and ``ray_node`` (the Ray node id) of where it runs."""
 
-    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+    def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         """An attempt ended (``record`` None: interrupted, not recorded)."""
 
     def stopped(self) -> None:
@@ -53,13 +53,13 @@ class Tally(BatchProgress):
         self.start_time = time.monotonic()
         self.done_this_run = 0
 
-    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+    def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         with self.lock:
             self.total = total
             for record in finished:
                 self._count(record)
 
-    def _count(self, record: "AttemptRecord") -> None:
+    def _count(self, record: AttemptRecord) -> None:
         if record.eval_only:  # the evaluation of an instance already counted done: only its verdict
             self.resolved += bool(record.resolved)
             self.evaluated += record.eval_status is not None
@@ -75,7 +75,7 @@ class Tally(BatchProgress):
         with self.lock:
             self.running.setdefault(instance_id, {"since": time.monotonic()}).update(fields)
 
-    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+    def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         with self.lock:
             self.running.pop(result.instance_id, None)
             if record is not None:
@@ -104,7 +104,9 @@ class Tally(BatchProgress):
 
 def _duration(seconds: float) -> str:
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
 class LineProgress(Tally):
@@ -114,11 +116,11 @@ class LineProgress(Tally):
         super().__init__()
         self.stream = stream or sys.stderr
 
-    def started(self, *, total: int, pending: int, finished: list["AttemptRecord"]) -> None:
+    def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         super().started(total=total, pending=pending, finished=finished)
         self._print(f"batch: {total} instances, {pending} to run, {self.done} done before")
 
-    def finished(self, record: "AttemptRecord | None", result: "RolloutResult") -> None:
+    def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         from swe_sandbox.batch.ray_settings import short_node
 
         super().finished(record, result)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.driver import BatchRun, Job
 
 
-def remote_call(run: "BatchRun", job: "Job") -> RemoteCall:
+def remote_call(run: BatchRun, job: Job) -> RemoteCall:
     """``job`` of ``run`` as a Ray task ships it: a rollout, or the evaluation of a kept patch."""
     common = {"task": run.tasks[job.instance_id], "env_config": run.env_config, "eval_timeout": run.eval_timeout}
     if not job.evaluate_only:
@@ -29,7 +29,7 @@ def remote_call(run: "BatchRun", job: "Job") -> RemoteCall:
                       backend=previous.backend, **common)
 
 
-def lost_result(run: "BatchRun", job: "Job", exit_status: str, error: str, where: dict[str, str]) -> RolloutResult:
+def lost_result(run: BatchRun, job: Job, exit_status: str, error: str, where: dict[str, str]) -> RolloutResult:
     """The result of ``job``'s Ray task, lost with its worker or node (``exit_status``: Ray's
     exception, e.g. ``NodeDiedError``; ``where``: what it last reported, if it did: its node, when
     it started, its step and cost so far, which the record keeps)."""

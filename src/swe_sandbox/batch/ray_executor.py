@@ -23,13 +23,23 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import ray
 
-from swe_sandbox.batch.ray_settings import (CONNECT_CHECK_S, CURRENT_CLUSTER_FILE, LOCAL, NO_SLOTS, RESOURCE,
-                                            STOP_BUDGET, STOP_CANCEL, RayOptions, RemoteCall)
+from swe_sandbox.batch.ray_settings import (
+    CONNECT_CHECK_S,
+    CURRENT_CLUSTER_FILE,
+    LOCAL,
+    NO_SLOTS,
+    RESOURCE,
+    STOP_BUDGET,
+    STOP_CANCEL,
+    RayOptions,
+    RemoteCall,
+)
 from swe_sandbox.batch.ray_worker import BatchControl, execute
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,8 +131,8 @@ class RayExecutor:
         progress: receives ``update(instance_id, node=..., phase=..., ...)`` from the running tasks.
     """
 
-    def __init__(self, options: RayOptions, budget: "CostBudget", cancel: "Cancellation",
-                 progress: "BatchProgress") -> None:
+    def __init__(self, options: RayOptions, budget: CostBudget, cancel: Cancellation,
+                 progress: BatchProgress) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.options, self.budget, self.cancel, self.progress = options, budget, cancel, progress

@@ -106,7 +106,7 @@ class RemoteCall(BaseModel):
 
     @property
     def instance_id(self) -> str:
-        task: "Task" = self.task
+        task: Task = self.task
         return task.instance_id
 
 

@@ -25,8 +25,7 @@ from typing import Any
 import ray
 
 from swe_sandbox.batch.control import Cancellation, CostBudget
-from swe_sandbox.batch.ray_settings import (GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL,
-                                            RemoteCall)
+from swe_sandbox.batch.ray_settings import GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL, RemoteCall
 from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
 
 #: Name prefix of a rollout's scratch directory on a worker (its trajectory until it returns),
@@ -94,7 +93,7 @@ class Heartbeat:
         """The rollout's ``progress`` callback: kept, sent with the next report."""
         self.fields.update(fields)
 
-    def __enter__(self) -> "Heartbeat":
+    def __enter__(self) -> Heartbeat:
         self.beat()
         self._thread.start()
         return self

@@ -22,8 +22,9 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 

@@ -48,7 +48,9 @@ def summarize(output_dir: str | Path) -> dict[str, Any]:
     preds = rec.read_json(directory / rec.PREDS_FILE)
     summary["predictions"] = len(preds) if isinstance(preds, dict) else None
     report = rec.read_json(directory / rec.REPORT_FILE)
-    summary["report"] = {k: v for k, v in report.items() if not k.endswith("_ids")} if isinstance(report, dict) else None
+    summary["report"] = None
+    if isinstance(report, dict):
+        summary["report"] = {k: v for k, v in report.items() if not k.endswith("_ids")}
     return summary
 
 

@@ -8,8 +8,9 @@ call from many threads: each call builds its own model, sandbox and agent.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -82,9 +83,9 @@ def is_done(exit_status: str, error: str = "") -> bool:
     return exit_status in AGENT_OUTCOMES or exit_status in AGENT_ERRORS
 
 
-def rollout(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
-            trajectory_path: str | Path | None = None, cancel: "Cancellation | None" = None,
-            budget: "CostBudget | None" = None, progress: Progress | None = None,
+def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
+            trajectory_path: str | Path | None = None, cancel: Cancellation | None = None,
+            budget: CostBudget | None = None, progress: Progress | None = None,
             eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S) -> RolloutResult:
     """Run the agent on ``task`` in a fresh sandbox, then evaluate its patch in another.
 
@@ -121,8 +122,8 @@ def rollout(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any]
     return result
 
 
-def _evaluate(task: "Task", result: RolloutResult, env_config: dict[str, Any],
-              cancel: "Cancellation | None", timeout: float) -> None:
+def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
+              cancel: Cancellation | None, timeout: float) -> None:
     from swe_sandbox.batch.evaluation import evaluate
 
     try:
@@ -134,8 +135,8 @@ def _evaluate(task: "Task", result: RolloutResult, env_config: dict[str, Any],
         result.error = f"evaluation: {result.evaluation.error}"
 
 
-def evaluate_kept(task: "Task", exit_status: str, patch: str, env_config: dict[str, Any], *,
-                  cancel: "Cancellation | None" = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
+def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str, Any], *,
+                  cancel: Cancellation | None = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
                   backend: str = "") -> RolloutResult:
     """Evaluate the patch of an earlier, finished attempt (whose evaluation had no verdict).
 
@@ -151,15 +152,15 @@ def evaluate_kept(task: "Task", exit_status: str, patch: str, env_config: dict[s
     return result
 
 
-def model_config_for(task: "Task", model: dict[str, Any]) -> dict[str, Any]:
+def model_config_for(task: Task, model: dict[str, Any]) -> dict[str, Any]:
     """``model`` with ``{instance_id}`` in its string values replaced by the task's id."""
     return {k: v.replace(INSTANCE_PLACEHOLDER, task.instance_id) if isinstance(v, str) else v
             for k, v in model.items()}
 
 
-def _run_agent(task: "Task", run_config: dict[str, Any], env_config: dict[str, Any],
-               trajectory_path: str | Path | None, cancel: "Cancellation | None",
-               budget: "CostBudget | None", report: Progress) -> RolloutResult:
+def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any],
+               trajectory_path: str | Path | None, cancel: Cancellation | None,
+               budget: CostBudget | None, report: Progress) -> RolloutResult:
     from swe_sandbox.batch.sandbox import task_sandbox
     from swe_sandbox.models import get_model
 
@@ -205,7 +206,7 @@ def _exit_text(agent: Any) -> str:
     return str(last.get("content") or "")[:2000] if last.get("role") == "exit" else ""
 
 
-def _result(task: "Task", agent: Any, backend: str, status: str, error: str) -> RolloutResult:
+def _result(task: Task, agent: Any, backend: str, status: str, error: str) -> RolloutResult:
     """The result of a finished (or failed) agent run, from what ``agent`` holds (None: never built)."""
     from swe_sandbox.redact import redact
 
@@ -221,8 +222,8 @@ def _result(task: "Task", agent: Any, backend: str, status: str, error: str) -> 
         steps=agent.n_steps, model_name=str(getattr(getattr(model, "config", None), "model_name", "") or ""))
 
 
-def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: "Cancellation | None" = None,
-                     budget: "CostBudget | None" = None, progress: Progress | None = None, **config: Any):
+def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: Cancellation | None = None,
+                     budget: CostBudget | None = None, progress: Progress | None = None, **config: Any):
     """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
     the batch's ``budget`` (``LimitsExceeded``), and reports each step (and the command it is about
     to run) to ``progress``."""

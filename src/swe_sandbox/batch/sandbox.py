@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from swe_sandbox.errors import SetupFailed
 
@@ -24,7 +25,7 @@ IMAGE_BACKENDS = ("docker", "podman")
 DEFAULT_SETUP_TIMEOUT_S = 600.0
 
 
-def task_env_config(task: "Task", env_config: dict[str, Any]) -> dict[str, Any]:
+def task_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
     """``env_config`` with the task's ``image`` (docker/podman) and ``cwd`` set.
 
     ``workspace`` is removed from the config: a task's workspace is copied in by ``start_sandbox``.
@@ -38,8 +39,8 @@ def task_env_config(task: "Task", env_config: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def task_sandbox(task: "Task", env_config: dict[str, Any], *,
-                 setup_timeout: float | None = None) -> Iterator["Environment"]:
+def task_sandbox(task: Task, env_config: dict[str, Any], *,
+                 setup_timeout: float | None = None) -> Iterator[Environment]:
     """The task's sandbox, started, workspace copied in, ``setup_command`` run; closed on exit.
 
     Args:
@@ -75,7 +76,7 @@ def task_sandbox(task: "Task", env_config: dict[str, Any], *,
             shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_setup(environment: "Environment", task: "Task", timeout: float) -> None:
+def _run_setup(environment: Environment, task: Task, timeout: float) -> None:
     result = environment.execute({"command": task.setup_command}, timeout=timeout)
     if result["returncode"] != 0:
         tail = result["output"][-500:].strip()
@@ -83,10 +84,10 @@ def _run_setup(environment: "Environment", task: "Task", timeout: float) -> None
         raise SetupFailed(f"setup_command exited {result['returncode']}{why}{': ' + tail if tail else ''}")
 
 
-def _copy_workspace(environment: "Environment", task: "Task") -> None:
+def _copy_workspace(environment: Environment, task: Task) -> None:
     """Upload the task's workspace into where commands start (``cwd``, else ``mount_point``)."""
-    from swe_sandbox.workspace import upload_workspace
     from swe_sandbox.errors import ConfigError
+    from swe_sandbox.workspace import upload_workspace
 
     config = environment.config
     target = getattr(config, "cwd", "") or getattr(config, "mount_point", "")
@@ -96,7 +97,7 @@ def _copy_workspace(environment: "Environment", task: "Task") -> None:
     upload_workspace(environment, task.workspace, target)
 
 
-def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
+def check_task_images(tasks: list[Task], env_config: dict[str, Any]) -> None:
     """On docker/podman, check before anything runs that the engine answers and that every image
     that cannot be pulled is there: all of them with ``image_pull: never``, else those built here
     (``image_ref.built_here``); missing images are pulled as the batch reaches them

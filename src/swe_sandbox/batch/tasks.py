@@ -97,7 +97,7 @@ class Task(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _parser_fits_tests(self) -> "Task":
+    def _parser_fits_tests(self) -> Task:
         from swe_sandbox.batch.grading import EXIT_STATUS_PARSER
 
         if self.log_parser == EXIT_STATUS_PARSER and (self.FAIL_TO_PASS or self.PASS_TO_PASS):

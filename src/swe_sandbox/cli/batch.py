@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -66,7 +66,7 @@ IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string o
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
 
 
-def load_task_file(path: Path, image_template: str | None) -> list["Task"]:
+def load_task_file(path: Path, image_template: str | None) -> list[Task]:
     """``load_tasks(path)``, with ``image_template`` naming the image of tasks that have none."""
     from swe_sandbox.batch.images import apply_image_template
     from swe_sandbox.batch.tasks import load_tasks
@@ -79,7 +79,7 @@ def load_task_file(path: Path, image_template: str | None) -> list["Task"]:
 
 RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
             "cluster's address, or nothing (after TASKS): a local Ray with -w slots.")
-RayOpt = Annotated[Optional[str], Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
+RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
 
 
 def bare_ray_flag(argv: list[str]) -> list[str]:
@@ -98,7 +98,7 @@ def bare_ray_flag(argv: list[str]) -> list[str]:
     return out
 
 
-def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list["Task"]:
+def select_tasks(tasks: list[Task], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list[Task]:
     """mini-swe-agent's selection: shuffle (seed 42), then ``--filter`` (``re.match`` on the id),
     then ``--slice A:B`` (Python slice of what is left).
 
@@ -130,37 +130,38 @@ def select_tasks(tasks: list["Task"], filter_re: str | None, slice_spec: str | N
 
 @app.command("batch", help=BATCH_HELP)
 def batch_command(
-    tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl or .json).", show_default=False)],
+    tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl or .json).",
+                                               show_default=False)],
     output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory (resumed if it exists).",
                                 show_default=False)],
-    env: Annotated[Optional[str], Opt("--env", "-e", metavar="NAME|FILE", help=f"Backend preset or YAML file "
+    env: Annotated[str | None, Opt("--env", "-e", metavar="NAME|FILE", help=f"Backend preset or YAML file "
                                       f"(default: the config's environment.backend, else {DEFAULT_BACKEND}).",
                                       show_default=False)] = None,
-    model: Annotated[Optional[str], Opt("-m", "--model", metavar="MODEL", help="Model name (model.model_name).",
+    model: Annotated[str | None, Opt("-m", "--model", metavar="MODEL", help="Model name (model.model_name).",
                                         show_default=False)] = None,
     workers: Annotated[int, Opt("-w", "--workers", min=1, help="Sandboxes at once.")] = 1,
-    filter_re: Annotated[Optional[str], Opt("--filter", metavar="REGEX", help="Only ids matching REGEX (re.match).",
+    filter_re: Annotated[str | None, Opt("--filter", metavar="REGEX", help="Only ids matching REGEX (re.match).",
                                             show_default=False)] = None,
-    slice_spec: Annotated[Optional[str], Opt("--slice", metavar="A:B", help="Only tasks A..B-1 (after --filter).",
+    slice_spec: Annotated[str | None, Opt("--slice", metavar="A:B", help="Only tasks A..B-1 (after --filter).",
                                              show_default=False)] = None,
     shuffle: Annotated[bool, Opt("--shuffle", help="Shuffle the tasks (fixed seed) before --filter/--slice.")] = False,
     redo_existing: Annotated[bool, Opt("--redo-existing", help="Run every instance again, once (the same command after an "
                                                         "interruption resumes that redo).")] = False,
     evaluate: Annotated[bool, Opt("--eval", help="Evaluate each patch in a fresh sandbox.")] = False,
-    config_file: Annotated[Optional[Path], Opt("--config", metavar="FILE", help="Run config (default: the shipped "
+    config_file: Annotated[Path | None, Opt("--config", metavar="FILE", help="Run config (default: the shipped "
                                                "config/default.yaml).", show_default=False)] = None,
-    overrides: Annotated[Optional[List[str]], Opt("-c", "--set", metavar="SECTION.KEY=VALUE",
+    overrides: Annotated[list[str] | None, Opt("-c", "--set", metavar="SECTION.KEY=VALUE",
                                                   help="Config override, repeatable (as for run).",
                                                   show_default=False)] = None,
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all "
                                                                    "(infrastructure failures are retried).")] = 3,
     cost_limit: Annotated[float, Opt("--cost-limit", min=0, metavar="USD", help="Total cost of this run; then "
                                      "running instances stop (LimitsExceeded) and no new one starts. 0: none.")] = 0.0,
-    time_limit: Annotated[Optional[float], Opt("--instance-time-limit", min=0, metavar="S", help="Wall time per "
+    time_limit: Annotated[float | None, Opt("--instance-time-limit", min=0, metavar="S", help="Wall time per "
                                                "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
     eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
                                                                                   "eval_command.")] = 1800.0,
-    image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
+    image_template: Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                                  show_default=False)] = None,
     ray: RayOpt = None,
 ) -> None:
@@ -200,7 +201,7 @@ def _check_agent_config(agent: dict[str, Any]) -> None:
     validate(AgentConfig, agent, section="agent")
 
 
-def _run(tasks: list["Task"], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
+def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
     from swe_sandbox.batch.driver import run_batch
     from swe_sandbox.batch.progress import make_progress
 
@@ -250,13 +251,13 @@ def eval_command(
     output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory.", show_default=False)],
     env: Annotated[str, Opt("--env", "-e", metavar="NAME|FILE", help="Backend preset or YAML file.")] = DEFAULT_BACKEND,
     workers: Annotated[int, Opt("-w", "--workers", min=1, help="Sandboxes at once.")] = 1,
-    overrides: Annotated[Optional[List[str]], Opt("-c", "--set", metavar="environment.KEY=VALUE",
+    overrides: Annotated[list[str] | None, Opt("-c", "--set", metavar="environment.KEY=VALUE",
                                                   help="Environment override, repeatable.", show_default=False)] = None,
     redo_existing: Annotated[bool, Opt("--redo-existing", help="Evaluate done instances again.")] = False,
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
     eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
                                                                                   "eval_command.")] = 1800.0,
-    image_template: Annotated[Optional[str], Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
+    image_template: Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                                  show_default=False)] = None,
     ray: RayOpt = None,
 ) -> None:

@@ -5,7 +5,7 @@ Only typer and the standard library at the top; the backends and rich load insid
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -82,7 +82,7 @@ def _check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
     return row
 
 
-def _self_check(environment: "Environment", row: dict[str, Any]) -> None:
+def _self_check(environment: Environment, row: dict[str, Any]) -> None:
     """Start ``environment``, run the checks into ``row["steps"]``, close it; set ``usable`` / ``reason``."""
     import time
 
@@ -112,14 +112,14 @@ def _self_check(environment: "Environment", row: dict[str, Any]) -> None:
             steps.append((False, f"close failed: {type(exc).__name__}: {one_line(str(exc))}"))
 
 
-def _echo_step(environment: "Environment") -> tuple[bool, str]:
+def _echo_step(environment: Environment) -> tuple[bool, str]:
     """``echo ok`` prints ``ok`` and exits 0."""
     r = environment.execute({"command": "echo ok"}, timeout=30)
     good = r["returncode"] == 0 and r["output"] == "ok\n"
     return good, "echo ok" if good else f"echo ok: got {r['output']!r}, returncode {r['returncode']}"
 
 
-def _timeout_step(environment: "Environment") -> tuple[bool, str]:
+def _timeout_step(environment: Environment) -> tuple[bool, str]:
     """A 1-second timeout on ``sleep 5`` returns, timed out, within ``TIMEOUT_CHECK_LIMIT_S``."""
     import time
 
@@ -131,7 +131,7 @@ def _timeout_step(environment: "Environment") -> tuple[bool, str]:
                                                                    else ", NOT timed out")
 
 
-def _round_trip_step(environment: "Environment") -> tuple[bool, str]:
+def _round_trip_step(environment: Environment) -> tuple[bool, str]:
     """``ROUND_TRIPS`` runs of ``true`` (after two warm-up runs) all exit 0; their median time."""
     import statistics
     import time
@@ -159,12 +159,12 @@ def needs_target(name: str) -> bool:
 @app.command("check", help=CHECK_HELP)
 def check_command(
     env: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--env", "-e", metavar="NAME",
                      help="Check only this backend (or preset / YAML file); default: every backend."),
     ] = None,
     overrides: Annotated[
-        Optional[List[str]],
+        list[str] | None,
         typer.Option("-c", "--set", metavar="KEY=VALUE",
                      help="Config override for the --env backend, repeatable, e.g. "
                           "-c environment.bwrap_path=/usr/bin/bwrap (as for exec). Needs --env."),

@@ -6,8 +6,9 @@ model wrote, so no escape sequence reaches the terminal).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
 SHOW_LINES = 60
 
 
-def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = False, **config: Any):
+def make_cli_agent(model: Any, env: Any, console: Console, *, confirm: bool = False, **config: Any):
     """A ``DefaultAgent`` that shows progress on ``console`` and, with ``confirm``, asks before each command."""
     from swe_sandbox.agent.default import ActionRejected, DefaultAgent
 
@@ -47,7 +48,7 @@ def make_cli_agent(model: Any, env: Any, console: "Console", *, confirm: bool = 
     return CliAgent(model, env, **config)
 
 
-def warn(console: "Console", text: str) -> None:
+def warn(console: Console, text: str) -> None:
     """``warning: TEXT`` on one line of ``console``, control characters escaped."""
     from rich.text import Text
 
@@ -56,7 +57,7 @@ def warn(console: "Console", text: str) -> None:
     console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)
 
 
-def show_query(console: "Console", step: int, cost: float, message: dict[str, Any],
+def show_query(console: Console, step: int, cost: float, message: dict[str, Any],
                secrets: Iterable[str] = ()) -> None:
     """One header line per step, and the model's text (cut to a few lines), secrets masked, control
     characters escaped (no escape sequence reaches the terminal: ``swe_sandbox.terminal``)."""
@@ -73,7 +74,7 @@ def show_query(console: "Console", step: int, cost: float, message: dict[str, An
         console.print(Text(escape_controls(shown), style="dim"))
 
 
-def show_result(console: "Console", action: dict[str, Any], result: dict[str, Any],
+def show_result(console: Console, action: dict[str, Any], result: dict[str, Any],
                 secrets: Iterable[str] = ()) -> None:
     """The command (first lines, secrets masked, control characters escaped) and how it ended:
     return code, duration, timeout, rejection."""
@@ -102,7 +103,7 @@ def show_result(console: "Console", action: dict[str, Any], result: dict[str, An
     console.print(status)
 
 
-def ask_approval(console: "Console", command: str) -> tuple[str, str]:
+def ask_approval(console: Console, command: str) -> tuple[str, str]:
     """Ask whether to run ``command``: ``("run", "")``, ``("all", "")``, ``("reject", reason)`` or ``("edit", new)``.
 
     The command is shown as it will run (secrets included: the user approves exactly that), its
@@ -128,7 +129,7 @@ def ask_approval(console: "Console", command: str) -> tuple[str, str]:
     return ("all" if choice == "a" else "run"), ""
 
 
-def show_summary(console: "Console", status: str, submission: str, output: Path) -> None:
+def show_summary(console: Console, status: str, submission: str, output: Path) -> None:
     """The last lines of a run: exit status, where the trajectory and submission are, the submission
     (its control characters escaped; the file holds it exactly)."""
     from rich.text import Text
@@ -150,14 +151,14 @@ def show_summary(console: "Console", status: str, submission: str, output: Path)
         console.print(f"… ({len(lines) - SHOW_LINES} more lines in the file)", highlight=False)
 
 
-def progress_console() -> "Console":
+def progress_console() -> Console:
     """Where progress goes: stderr (stdout stays for the summary and the submission)."""
     from rich.console import Console
 
     return Console(stderr=True, highlight=False)
 
 
-def progress_console_stdout() -> "Console":
+def progress_console_stdout() -> Console:
     """Where the summary goes: stdout."""
     from rich.console import Console
 

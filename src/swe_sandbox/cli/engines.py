@@ -7,7 +7,7 @@ any engine.
 from __future__ import annotations
 
 import json
-from typing import Annotated, List, Optional
+from typing import Annotated
 
 import typer
 
@@ -55,7 +55,7 @@ image_app = typer.Typer(name="image", help="Build or pull the sandbox images.", 
 
 def gc_command(
     backends: Annotated[
-        Optional[List[str]],
+        list[str] | None,
         typer.Option("--env", "-e", metavar="NAME", help="Only this backend (docker or podman); repeatable."),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only say what would be removed.")] = False,
@@ -87,11 +87,11 @@ def gc_command(
 @image_app.command("build", help=IMAGE_BUILD_HELP)
 def image_build_command(
     engines: Annotated[
-        Optional[List[str]],
+        list[str] | None,
         typer.Option("--engine", metavar="NAME", help="docker or podman; repeatable. Default: both."),
     ] = None,
     images: Annotated[
-        Optional[List[str]],
+        list[str] | None,
         typer.Option("--image", metavar="NAME", help="base or nopython; repeatable. Default: both."),
     ] = None,
     from_registry: Annotated[
@@ -113,14 +113,14 @@ def image_build_command(
 
 @image_app.command("pull", help=IMAGE_PULL_HELP)
 def image_pull_command(
-    sources: Annotated[List[str], typer.Argument(metavar="TASKS|IMAGE...", show_default=False,
+    sources: Annotated[list[str], typer.Argument(metavar="TASKS|IMAGE...", show_default=False,
                                                  help="Task files (.json, .jsonl) and image references.")],
     env: Annotated[str, typer.Option("--env", "-e", metavar="NAME|FILE", help="docker, podman, or a YAML "
                                      "environment config of either.")] = "docker",
     workers: Annotated[int, typer.Option("-w", "--workers", min=1, help="Pulls at once.")] = 4,
-    overrides: Annotated[Optional[List[str]], typer.Option("-c", "--set", metavar="environment.KEY=VALUE",
+    overrides: Annotated[list[str] | None, typer.Option("-c", "--set", metavar="environment.KEY=VALUE",
                                                            help="Environment override, repeatable.")] = None,
-    image_template: Annotated[Optional[str], typer.Option("--image-template", metavar="TEMPLATE",
+    image_template: Annotated[str | None, typer.Option("--image-template", metavar="TEMPLATE",
                                                           help="Image of each task without one (as for batch).")] = None,
 ) -> None:
     from swe_sandbox.cli.guard import guarded

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Annotated, Any, List, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -87,7 +87,7 @@ def check_timeout(timeout: float | None) -> None:
 @app.command("exec", help=EXEC_HELP, context_settings={"allow_interspersed_args": False})
 def exec_command(
     command: Annotated[
-        List[str],
+        list[str],
         typer.Argument(metavar="COMMAND", help="The command (words joined with spaces); '-': read it from stdin.",
                        show_default=False),
     ],
@@ -97,7 +97,7 @@ def exec_command(
                      help="A preset (local, bwrap, docker, podman, ssh) or a YAML environment config file."),
     ],
     timeout: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--timeout", "-t", metavar="S",
                      help="Seconds before the command's whole process tree is killed (exit 124); "
                           "finite, at most 1e6. Default: the config's environment.timeout (60 in the presets)."),
@@ -113,7 +113,7 @@ def exec_command(
                                          "(escape sequences) as they are instead of escaped.")
     ] = False,
     overrides: Annotated[
-        Optional[List[str]],
+        list[str] | None,
         typer.Option("-c", "--set", metavar="KEY=VALUE",
                      help="Config override, repeatable, e.g. -c environment.timeout=5 "
                           "-c environment.env.FOO=bar (values are read as JSON: numbers, true/false, "

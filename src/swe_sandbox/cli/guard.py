@@ -8,7 +8,7 @@ choice (``exec``: 4, the agent's commands: 1).
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import typer
 

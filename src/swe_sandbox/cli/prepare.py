@@ -77,8 +77,8 @@ def check_model_config(model: dict[str, Any]) -> None:
 
 def environment_config(env_spec: str, section: dict[str, Any]) -> dict[str, Any]:
     """The preset or file ``env_spec``, with the run config's ``environment`` fields on top."""
-    from swe_sandbox.trajectory import recursive_merge
     from swe_sandbox.config import load_environment_config
+    from swe_sandbox.trajectory import recursive_merge
 
     section = {k: v for k, v in section.items() if k != "backend"}
     return recursive_merge(load_environment_config(env_spec), section)

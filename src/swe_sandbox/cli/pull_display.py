@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # pragma: no cover
 class PullDisplay:
     """Shows the pulls it is told about (call it with a ``PullProgress``); thread-safe."""
 
-    def __init__(self, console: "Console | None" = None):
+    def __init__(self, console: Console | None = None):
         self._console = console  # default: stderr, made at the first pull (most commands pull nothing)
         self.lock = threading.Lock()
         self.bars: Any = None  # a rich Progress while a pull is shown on a terminal
@@ -33,7 +34,7 @@ class PullDisplay:
         self.started: dict[tuple[str, str], float] = {}
 
     @property
-    def console(self) -> "Console":
+    def console(self) -> Console:
         """Where the pulls are shown: the console given, else a rich console on stderr."""
         if self._console is None:
             from rich.console import Console
@@ -41,7 +42,7 @@ class PullDisplay:
             self._console = Console(stderr=True, highlight=False)
         return self._console
 
-    def __call__(self, progress: "PullProgress") -> None:
+    def __call__(self, progress: PullProgress) -> None:
         key = (progress.engine, progress.image)
         with self.lock:
             if key not in self.started:
@@ -67,7 +68,7 @@ class PullDisplay:
             self.bars.start()
         self.tasks[key] = self.bars.add_task(f"{engine}  {image}", total=None, summary="")
 
-    def _end(self, key: tuple[str, str], progress: "PullProgress") -> None:
+    def _end(self, key: tuple[str, str], progress: PullProgress) -> None:
         engine, image = key
         took = time.monotonic() - self.started.pop(key)
         outcome = "failed" if progress.failed else "pulled"
@@ -80,7 +81,7 @@ class PullDisplay:
             self.bars = None
 
 
-def _bar(progress: "PullProgress") -> dict[str, Any]:
+def _bar(progress: PullProgress) -> dict[str, Any]:
     """The bar's state: bytes when the engine counts them, else layers; full once pulled."""
     total = progress.bytes_total or len(progress.layers) or None
     completed = progress.bytes_done if progress.bytes_total else progress.layers_done
@@ -90,7 +91,7 @@ def _bar(progress: "PullProgress") -> dict[str, Any]:
 
 
 @contextmanager
-def show_pulls(console: "Console | None" = None) -> Iterator[PullDisplay]:
+def show_pulls(console: Console | None = None) -> Iterator[PullDisplay]:
     """Within this block (this thread), image pulls are shown on ``console`` (default: stderr)."""
     from swe_sandbox.environments.pulling import report_pulls
 
@@ -99,7 +100,7 @@ def show_pulls(console: "Console | None" = None) -> Iterator[PullDisplay]:
         yield display
 
 
-def show_pulls_of(environment: "Environment") -> AbstractContextManager[Any]:
+def show_pulls_of(environment: Environment) -> AbstractContextManager[Any]:
     """``show_pulls()`` when ``environment`` may pull an image (its config has an ``image_pull``
     policy: docker, podman), else nothing: the pull machinery is not even imported."""
     return show_pulls() if hasattr(environment.config, "image_pull") else nullcontext()

@@ -12,7 +12,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, List, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -99,7 +99,7 @@ def exit_code(status: str) -> int:
 
 
 def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Path | None, output: Path,
-              console: "Console", confirm: bool = False) -> tuple[str, str]:
+              console: Console, confirm: bool = False) -> tuple[str, str]:
     """Build model, environment and agent from ``config``, run ``task``, save trajectory and submission.
 
     Returns:
@@ -128,7 +128,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
     return status, finish_run(agent, status, submission, output, console)
 
 
-def finish_run(agent: Any, status: str, submission: str, output: Path, console: "Console") -> str:
+def finish_run(agent: Any, status: str, submission: str, output: Path, console: Console) -> str:
     """Save the submission beside the trajectory (``Submitted``), else show the agent's last message.
 
     Returns:
@@ -160,28 +160,28 @@ def stdin_is_tty() -> bool:
 # -- the commands -------------------------------------------------------------------------------
 @app.command("run", help=RUN_HELP)
 def run(
-    task: Annotated[Optional[str], typer.Option("-t", "--task", metavar="TEXT", help="The task, as text.",
+    task: Annotated[str | None, typer.Option("-t", "--task", metavar="TEXT", help="The task, as text.",
                                                 show_default=False)] = None,
-    task_file: Annotated[Optional[Path], typer.Option("--task-file", metavar="FILE",
+    task_file: Annotated[Path | None, typer.Option("--task-file", metavar="FILE",
                                                       help="Read the task from FILE.", show_default=False)] = None,
-    model: Annotated[Optional[str], typer.Option("-m", "--model", metavar="MODEL",
+    model: Annotated[str | None, typer.Option("-m", "--model", metavar="MODEL",
                                                  help="Model name, e.g. anthropic/claude-sonnet-4-5 "
                                                       "(sets model.model_name).", show_default=False)] = None,
-    env: Annotated[Optional[str], typer.Option("--env", "-e", metavar="NAME|FILE",
+    env: Annotated[str | None, typer.Option("--env", "-e", metavar="NAME|FILE",
                                                help=f"Backend preset (bwrap, local, ...) or YAML file. Default: "
                                                     f"the config's environment.backend, else {DEFAULT_BACKEND}.",
                                                show_default=False)] = None,
-    workspace: Annotated[Optional[Path], typer.Option("--workspace", "-w", metavar="DIR",
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", metavar="DIR",
                                                       help="Host directory copied into the sandbox's working "
                                                            "directory (never modified).", show_default=False)] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", metavar="FILE",
+    output: Annotated[Path | None, typer.Option("-o", "--output", metavar="FILE",
                                                    help=f"Trajectory file. Default: ./{DEFAULT_RUNS_DIR}/"
                                                         "run-DATE-TIME.traj.json.", show_default=False)] = None,
-    config_file: Annotated[Optional[Path], typer.Option("--config", metavar="FILE",
+    config_file: Annotated[Path | None, typer.Option("--config", metavar="FILE",
                                                         help="Run config (agent/model/environment sections). "
                                                              "Default: the shipped config/default.yaml.",
                                                         show_default=False)] = None,
-    overrides: Annotated[Optional[List[str]], typer.Option("-c", "--set", metavar="SECTION.KEY=VALUE",
+    overrides: Annotated[list[str] | None, typer.Option("-c", "--set", metavar="SECTION.KEY=VALUE",
                                                            help="Config override, repeatable, e.g. -c agent."
                                                                 "step_limit=20 -c model.model_kwargs.api_base="
                                                                 "http://127.0.0.1:8000/v1 -c environment.timeout=30.",
@@ -216,7 +216,7 @@ def run(
     raise typer.Exit(guarded(body))
 
 
-def best_backend(console: "Console") -> str:
+def best_backend(console: Console) -> str:
     """``bwrap`` when usable here, else ``local`` (with a warning on ``console``)."""
     from swe_sandbox.environments import environment_class
 
@@ -228,7 +228,7 @@ def best_backend(console: "Console") -> str:
     return "local"
 
 
-def replay_demo(backend: str, workdir: Path, output: Path | None, console: "Console") -> int:
+def replay_demo(backend: str, workdir: Path, output: Path | None, console: Console) -> int:
     """The demo in ``workdir``: the buggy repository, the replayed run on ``backend``, the verdict.
 
     Returns:
@@ -264,10 +264,10 @@ def replay_demo(backend: str, workdir: Path, output: Path | None, console: "Cons
 
 @app.command("demo", help=DEMO_HELP)
 def demo(
-    env: Annotated[Optional[str], typer.Option("--env", "-e", metavar="NAME|FILE",
+    env: Annotated[str | None, typer.Option("--env", "-e", metavar="NAME|FILE",
                                                help="Backend; default: bwrap if usable, else local.",
                                                show_default=False)] = None,
-    output: Annotated[Optional[Path], typer.Option("-o", "--output", metavar="FILE",
+    output: Annotated[Path | None, typer.Option("-o", "--output", metavar="FILE",
                                                    help="Trajectory file. Default: a temporary file, removed "
                                                         "unless --keep.", show_default=False)] = None,
     keep: Annotated[bool, typer.Option("--keep", help="Keep the demo's working directory (repository, "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 from swe_sandbox.cli.exit_codes import EXIT_INTERRUPTED
 from swe_sandbox.errors import Terminated

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from swe_sandbox.redact import redact
 from swe_sandbox.templates import render_template
@@ -167,7 +168,7 @@ def format_observation_messages(message: dict[str, Any], outputs: list[dict[str,
     padded = list(outputs) + [NOT_EXECUTED] * (len(actions) - len(outputs))
     secrets = sorted(secrets)
     return [observation_message(action, output, template, template_vars or {}, secrets)
-            for action, output in zip(actions, padded)]
+            for action, output in zip(actions, padded, strict=False)]  # extra outputs: no action to answer
 
 
 def observation_message(action: dict[str, Any], output: dict[str, Any], template: str,

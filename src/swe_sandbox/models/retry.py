@@ -28,8 +28,9 @@ import random
 import re
 import threading
 import time
-from datetime import datetime, timezone
-from typing import Any, Callable, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -141,7 +142,7 @@ def retry_after_s(exc: BaseException, now: datetime | None = None) -> float | No
         when = email.utils.parsedate_to_datetime(headers.get("retry-after", ""))
     except (TypeError, ValueError):
         return None
-    return max(0.0, (when - (now or datetime.now(timezone.utc))).total_seconds())
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())
 
 
 def describe(exc: BaseException) -> str:

@@ -39,9 +39,9 @@ DEFAULT_FORMAT_ERROR_TEMPLATE = (
 def toolcall_message(commands: list[str], ids: list[str], *, content: str = "", cost: float = 0.0,
                      **extra: Any) -> dict[str, Any]:
     """An assistant message calling ``bash`` once per command, with ``extra.actions`` filled in."""
-    actions = [{"command": c, "tool_call_id": i} for c, i in zip(commands, ids)]
+    actions = [{"command": c, "tool_call_id": i} for c, i in zip(commands, ids, strict=True)]
     return {"role": "assistant", "content": content,
-            "tool_calls": [tool_call(i, c) for c, i in zip(commands, ids)],
+            "tool_calls": [tool_call(i, c) for c, i in zip(commands, ids, strict=True)],
             "extra": {"actions": actions, "cost": cost, "timestamp": time.time(), **extra}}
 
 

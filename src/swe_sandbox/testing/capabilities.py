@@ -19,7 +19,8 @@ out.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 LONG_LIVED_RUNNER = "long_lived_runner"
 PRIVATE_RUNNER_CHANNEL = "private_runner_channel"

@@ -8,8 +8,9 @@ a project that runs the kit inside its own suite lists it in its top-level conft
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 

@@ -11,9 +11,10 @@ import os
 import secrets
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ class Variant:
     _missing: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
-    def from_name(cls, name: str) -> "Variant":
+    def from_name(cls, name: str) -> Variant:
         """The variant of ``--swe-sandbox-backend NAME``: a preset name or YAML file, else a backend name.
 
         Raises:

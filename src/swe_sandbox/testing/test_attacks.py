@@ -37,8 +37,9 @@ import struct
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -241,7 +242,7 @@ class Processes:
             env.close()
         finally:
             for pid, start in self.stopped + self.started:
-                if wait_until(lambda: not alive(pid, start), 5.0):
+                if wait_until(lambda pid=pid, start=start: not alive(pid, start), 5.0):
                     continue
                 os.kill(pid, signal.SIGKILL)
 
@@ -790,7 +791,7 @@ def test_no_setid_file_reaches_a_host_workspace(workspace_env, tmp_path):
     """Commands make setuid/setgid files in a host workspace (bind-mounted by bwrap, the cwd of
     local): on the host none has those bits, checked while the sandbox still runs and after."""
     try:
-        result = run(workspace_env, SETID_TREE)  # any step may be refused: what reaches the host counts
+        run(workspace_env, SETID_TREE)  # any step may be refused: what reaches the host counts
         running = setid_entries(tmp_path)
         workspace_env.close()
         closed = setid_entries(tmp_path)
