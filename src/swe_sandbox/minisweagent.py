@@ -38,7 +38,7 @@ import re
 import sys
 import weakref
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import minisweagent.exceptions
 
@@ -73,6 +73,9 @@ class Submitted(minisweagent.exceptions.Submitted, errors.Submitted):
         submission (str): as above.
         result (dict): as above.
     """
+
+    # mini's base infers a tuple from its *messages, ours holds a list: both are read as sequences
+    messages: list[dict[str, Any]]  # type: ignore[assignment]
 
     def __init__(self, submission: str, result: dict[str, Any] | None = None):
         Exception.__init__(self, submission)  # both bases' __init__ take other arguments
@@ -154,7 +157,13 @@ BWRAP_FIELDS: dict[str, Translate] = {
 
 
 # -- the classes ----------------------------------------------------------------------------------
-class _MiniEnvironment:
+if TYPE_CHECKING:
+    from swe_sandbox.environments.base import Environment as _Mixed  # what the mixin is mixed into
+else:
+    _Mixed = object
+
+
+class _MiniEnvironment(_Mixed):
     """What every class here adds to its backend's ``Environment`` (the next base in the MRO)."""
 
     backend: ClassVar[str]
@@ -242,7 +251,11 @@ def _close_quietly(env: _MiniEnvironment) -> None:
 @functools.cache
 def _register_exit_hook() -> None:
     """Close every live environment at exit; registered with the first one, not at import."""
-    atexit.register(lambda: [_close_quietly(env) for env in list(_LIVE)])
+    def close_all() -> None:
+        for env in list(_LIVE):
+            _close_quietly(env)
+
+    atexit.register(close_all)
 
 
 class LocalEnvironment(_MiniEnvironment, local.LocalEnvironment):

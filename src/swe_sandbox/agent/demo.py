@@ -21,6 +21,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import cast
 
 from swe_sandbox.errors import ConfigError
 
@@ -136,7 +137,7 @@ def copy_license(distribution: str, dest: Path) -> None:
         return
     for file in dist.files or ():
         if "LICENSE" in file.name.upper():
-            shutil.copyfile(dist.locate_file(file), dest / file.name)
+            shutil.copyfile(cast("os.PathLike[str]", dist.locate_file(file)), dest / file.name)
 
 
 def copy_source(name: str, dest: Path) -> None:

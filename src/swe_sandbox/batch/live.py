@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 from swe_sandbox.batch.progress import COMMAND_WIDTH, Tally
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import RenderableType
+
     from swe_sandbox.batch.records import AttemptRecord
     from swe_sandbox.batch.rollouts import RolloutResult
 
@@ -71,7 +73,7 @@ class LiveProgress(Tally):
             table.add_column(column, no_wrap=True, justify="right" if column in ("step", "cost") else "left")
         for instance_id, info in rows[:MAX_ROWS]:
             table.add_row(*self._row(instance_id, info))
-        parts = [bar, table] if rows else [bar]
+        parts: list[RenderableType] = [bar, table] if rows else [bar]
         if len(rows) > MAX_ROWS:
             parts.append(Text(f"… and {len(rows) - MAX_ROWS} more running", style="dim"))
         if slots:

@@ -64,12 +64,12 @@ class RayOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     address: str = LOCAL
-    local_slots: int = Field(1, ge=1)
-    heartbeat_s: float = Field(0.5, gt=0)
-    poll_s: float = Field(0.2, gt=0)
-    slots_refresh_s: float = Field(1.0, gt=0)
-    queued_per_slot: int = Field(1, ge=0)
-    object_store_mib: int = Field(128, ge=75)
+    local_slots: int = Field(default=1, ge=1)
+    heartbeat_s: float = Field(default=0.5, gt=0)
+    poll_s: float = Field(default=0.2, gt=0)
+    slots_refresh_s: float = Field(default=1.0, gt=0)
+    queued_per_slot: int = Field(default=1, ge=0)
+    object_store_mib: int = Field(default=128, ge=75)
 
 
 def short_node(node_id: str) -> str:

@@ -11,13 +11,14 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from swe_sandbox.errors import SetupFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
     from swe_sandbox.environments.base import Environment
+    from swe_sandbox.environments.container import ContainerEnvironment
 
 #: Backends whose ``image`` field a task's ``image`` sets.
 IMAGE_BACKENDS = ("docker", "podman")
@@ -94,6 +95,7 @@ def _copy_workspace(environment: Environment, task: Task) -> None:
     if not target:
         raise ConfigError(f"{task.instance_id}: workspace: backend {config.backend!r} has no working "
                           "directory to copy it to; set the task's cwd or environment.cwd")
+    assert task.workspace is not None  # the caller copies only a task that has one
     upload_workspace(environment, task.workspace, target)
 
 
@@ -117,7 +119,7 @@ def check_task_images(tasks: list[Task], env_config: dict[str, Any]) -> None:
     backend = str(env_config.get("backend", ""))
     if backend not in IMAGE_BACKENDS:
         return
-    cls = environment_class(backend)
+    cls = cast("type[ContainerEnvironment]", environment_class(backend))  # IMAGE_BACKENDS are containers
     reason = cls.unavailable_reason(url=env_config.get("url", ""))
     if reason:
         raise BackendUnavailable(f"{backend}: {reason}")

@@ -120,11 +120,12 @@ def select_tasks(tasks: list[Task], filter_re: str | None, slice_spec: str | Non
     if slice_spec:
         try:
             parts = [int(p) if p.strip() else None for p in slice_spec.split(":")]
-            selected = selected[slice(*parts)] if 1 <= len(parts) <= 3 and ":" in slice_spec else None
+            sliced = selected[slice(*parts)] if 1 <= len(parts) <= 3 and ":" in slice_spec else None
         except ValueError:
-            selected = None
-        if selected is None:
+            sliced = None
+        if sliced is None:
             raise typer.BadParameter(f"expected START:STOP, e.g. 0:10; got {slice_spec!r}", param_hint="'--slice'")
+        selected = sliced
     return selected
 
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from swe_sandbox.config import apply_overrides, load_environment_config, validate
 from swe_sandbox.errors import ConfigError
+
+if TYPE_CHECKING:
+    from swe_sandbox.environments.base import Environment
 
 BACKENDS: dict[str, str] = {
     "local": "swe_sandbox.environments.local:LocalEnvironment",
@@ -33,7 +36,7 @@ def backend_names() -> list[str]:
     return [*BACKENDS, *sorted(extra)]
 
 
-def environment_class(name: str) -> type:
+def environment_class(name: str) -> type[Environment]:
     """Import and return the Environment class of backend ``name``.
 
     Raises:

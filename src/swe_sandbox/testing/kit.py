@@ -14,11 +14,14 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from swe_sandbox.testing.capabilities import missing_capabilities
+
+if TYPE_CHECKING:
+    from swe_sandbox.environments.base import Environment
 
 #: Default per-command timeout of the environments the kit's fixtures create (seconds).
 FIXTURE_TIMEOUT = 30
@@ -76,7 +79,7 @@ class Variant:
         return cls(Path(name).stem if name.endswith((".yaml", ".yml")) else name, backend, data)
 
     @property
-    def environment_class(self) -> type:
+    def environment_class(self) -> type[Environment]:
         from swe_sandbox.environments import environment_class
 
         return environment_class(self.backend)
@@ -119,7 +122,7 @@ def has(env: Any, capability: str) -> bool:
     return capability not in missing_capabilities(type(env), env.config)
 
 
-def hosts_its_workspace(environment_class: type) -> bool:
+def hosts_its_workspace(environment_class: type[Environment]) -> bool:
     """Whether the backend takes a host ``workspace`` directory (else it works where ``cwd`` says)."""
     return "workspace" in environment_class.config_class.model_fields
 
@@ -295,11 +298,14 @@ def kill_server_when_running(marker: str) -> Any:
     import signal
     import threading
 
+    class KillThread(threading.Thread):
+        killed_at: float | None
+
     def kill() -> None:
         os.kill(host_server_pid(marker), signal.SIGKILL)
         thread.killed_at = time.monotonic()
 
-    thread = threading.Thread(target=kill, daemon=True)
+    thread = KillThread(target=kill, daemon=True)
     thread.killed_at = None  # monotonic seconds of the kill, once done
     thread.start()
     return thread
