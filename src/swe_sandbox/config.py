@@ -46,7 +46,7 @@ class EnvironmentConfig(BaseModel):
 
     backend: str
     """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.environments.BACKENDS``)."""
-    timeout: float | None = Field(60.0, gt=0, le=1e6, allow_inf_nan=False)
+    timeout: float | None = Field(default=60.0, gt=0, le=1e6, allow_inf_nan=False)
     """Default per-command timeout in seconds; ``execute(timeout=...)`` overrides it. ``None``: no limit."""
     cwd: str = ""
     """Working directory for commands when ``execute`` gets none; empty: the backend's default."""
@@ -54,14 +54,14 @@ class EnvironmentConfig(BaseModel):
     """Variables set in the sandbox (on top of ``DEFAULT_ENV``)."""
     forward_env: list[str] = Field(default_factory=list)
     """Names of host variables copied into the sandbox; nothing else of the host's environment enters."""
-    max_output_bytes: int = Field(10 << 20, ge=1024, le=32 << 20)
+    max_output_bytes: int = Field(default=10 << 20, ge=1024, le=32 << 20)
     """Output kept per command, in bytes (head + tail halves; at most 32 MiB); the rest is dropped and counted."""
-    max_download_bytes: int = Field(4 << 30, gt=0)
+    max_download_bytes: int = Field(default=4 << 30, gt=0)
     """Most bytes one ``download()`` may write on the host (default 4 GiB), counted over the whole
     tree by apparent size (a sparse file counts its full length) and by the bytes actually written
     (a file growing while it is copied). Past it the download raises ``DownloadTooLarge`` and leaves
     nothing on the host. ``upload()`` is not limited."""
-    start_timeout: float = Field(60.0, gt=0)
+    start_timeout: float = Field(default=60.0, gt=0)
     """Seconds to wait for the sandbox and its runner to come up."""
 
     @field_validator("env", mode="before")

@@ -47,13 +47,13 @@ class AgentConfig(BaseModel):
     """jinja2 template of the system message (StrictUndefined: an unknown variable is an error)."""
     instance_template: str
     """jinja2 template of the first user message; ``task`` holds the task."""
-    step_limit: int = Field(0, ge=0)
+    step_limit: int = Field(default=0, ge=0)
     """Maximum number of model queries (steps), format errors included; 0: no limit."""
-    cost_limit: float = Field(3.0, ge=0)
+    cost_limit: float = Field(default=3.0, ge=0)
     """Stop once the model's cost reaches this many USD; 0: no limit."""
-    wall_time_limit_s: float = Field(0.0, ge=0)
+    wall_time_limit_s: float = Field(default=0.0, ge=0)
     """Stop once the run has taken this many seconds (commands get at most the time left); 0: no limit."""
-    max_consecutive_format_errors: int = Field(3, ge=1)
+    max_consecutive_format_errors: int = Field(default=3, ge=1)
     """Stop with exit status ``RepeatedFormatError`` after this many unusable replies in a row."""
     output_path: Path | None = None
     """Where the trajectory is saved after every step; None: not saved."""

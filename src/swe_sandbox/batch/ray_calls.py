@@ -9,7 +9,7 @@ agent's result stands, the evaluation runs again). No Ray import: the executor c
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from swe_sandbox.batch.ray_settings import NODE_LOST, RemoteCall, short_node
 from swe_sandbox.batch.rollouts import RolloutResult
@@ -18,9 +18,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.driver import BatchRun, Job
 
 
+class _CallFields(TypedDict):
+    """The ``RemoteCall`` fields of every kind of call."""
+
+    task: Any
+    env_config: dict[str, Any]
+    eval_timeout: float
+
+
+class _LostFields(TypedDict):
+    """The ``RolloutResult`` fields of every lost call."""
+
+    instance_id: str
+    backend: str
+    node: str
+    ray_node: str
+    error: str
+    started_at: float
+    duration_s: float
+    steps: int
+    cost: float
+
+
 def remote_call(run: BatchRun, job: Job) -> RemoteCall:
     """``job`` of ``run`` as a Ray task ships it: a rollout, or the evaluation of a kept patch."""
-    common = {"task": run.tasks[job.instance_id], "env_config": run.env_config, "eval_timeout": run.eval_timeout}
+    common: _CallFields = {"task": run.tasks[job.instance_id], "env_config": run.env_config, "eval_timeout": run.eval_timeout}
     if not job.evaluate_only:
         return RemoteCall(kind="rollout", run_config=run.run_config, evaluate=run.evaluate,
                           cost_limit=run.budget.limit, **common)
@@ -38,7 +60,7 @@ def lost_result(run: BatchRun, job: Job, exit_status: str, error: str, where: di
     kind = "evaluation" if job.evaluate_only else "rollout"
     error = NODE_LOST.format(kind=kind, node=short_node(where.get("ray_node", "")) or "?", error=error)
     started = float(where.get("started_at") or 0.0)
-    fields = {"instance_id": job.instance_id, "backend": str(run.env_config.get("backend", "")),
+    fields: _LostFields = {"instance_id": job.instance_id, "backend": str(run.env_config.get("backend", "")),
               "node": where.get("node", ""), "ray_node": where.get("ray_node", ""), "error": error,
               "started_at": started, "duration_s": round(time.time() - started, 3) if started else 0.0,
               "steps": int(where.get("step") or 0), "cost": float(where.get("cost") or 0.0)}

@@ -139,7 +139,8 @@ class RayExecutor:
         self.connected_here = connect(options)
         self.run_id = uuid.uuid4().hex[:12]
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.control = ray.remote(BatchControl).options(num_cpus=0, scheduling_strategy=here).remote()
+        # an ActorHandle[BatchControl]; Any: ray's stubs type its methods as the plain methods (no .remote)
+        self.control: Any = ray.remote(BatchControl).options(num_cpus=0, scheduling_strategy=here).remote()
         self.task = ray.remote(execute).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
         self._lock = threading.Lock()
         self._running: dict[ray.ObjectRef, tuple[RemoteCall, Lost, cf.Future]] = {}
@@ -228,7 +229,10 @@ class RayExecutor:
             first = instance_id not in self._last
             self._last.setdefault(instance_id, {}).update(fields)
             if first:
-                self.budget.track(instance_id, lambda last=self._last[instance_id]: float(last.get("cost", 0.0)))
+                def cost_so_far(last: dict[str, Any] = self._last[instance_id]) -> float:
+                    return float(last.get("cost", 0.0))
+
+                self.budget.track(instance_id, cost_so_far)
             self.progress.update(instance_id, **fields)
         why = STOP_CANCEL if self.cancel.cancelled else STOP_BUDGET if self.budget.exhausted() else ""
         if why and why != self._stopped:

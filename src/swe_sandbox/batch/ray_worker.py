@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import ray
 
@@ -119,7 +119,14 @@ class Heartbeat:
             self.budget.reached = True
 
 
-def node_fields() -> dict[str, str]:
+class NodeFields(TypedDict):
+    """Where a call runs: fields of its ``RolloutResult`` and ``EvalAttempt``."""
+
+    ray_node: str
+    node: str
+
+
+def node_fields() -> NodeFields:
     """``{"ray_node": <node id>, "node": <host name>}`` of the node this runs on."""
     return {"ray_node": ray.get_runtime_context().get_node_id(), "node": socket.gethostname()}
 
@@ -153,7 +160,7 @@ def execute(call: RemoteCall, control: Any) -> Any:
     return result.model_copy(update=where)
 
 
-def _not_started(call: RemoteCall, where: dict[str, str]) -> Any:
+def _not_started(call: RemoteCall, where: NodeFields) -> Any:
     """The result of a call the batch stopped before it started: not an attempt (it runs on resume)."""
     from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
 
@@ -185,7 +192,7 @@ def sweep_scratch(root: str | None = None) -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _evaluation(call: RemoteCall, env: dict[str, Any], where: dict[str, str]) -> Any:
+def _evaluation(call: RemoteCall, env: dict[str, Any], where: NodeFields) -> Any:
     from swe_sandbox.batch.eval_run import evaluate_one
 
     return evaluate_one(call.task, call.patch, env, call.eval_timeout)._replace(**where)

@@ -41,7 +41,7 @@ class AttemptRecord(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     instance_id: str
-    attempt: int = Field(1, ge=1)
+    attempt: int = Field(default=1, ge=1)
     """1 for the first attempt at this instance, then 2, 3, ..."""
     exit_status: str
     """The agent's exit status (``Submitted``, ``LimitsExceeded``, ...) or the failure's class name."""

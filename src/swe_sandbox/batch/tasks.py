@@ -35,7 +35,7 @@ class Task(BaseModel):
     """Unique, and a safe file name: no ``/``, ``\\``, control characters, no leading ``.``."""
     problem_statement: str
     """The task text the agent gets."""
-    image: str | None = Field(None, validation_alias=AliasChoices("image", "image_name", "docker_image"))
+    image: str | None = Field(default=None, validation_alias=AliasChoices("image", "image_name", "docker_image"))
     """Container image for docker/podman (also read from ``image_name`` or ``docker_image``)."""
     workspace: Path | None = None
     """Host directory copied into the sandbox's working directory (relative to the task file)."""
@@ -51,11 +51,11 @@ class Task(BaseModel):
     """Tests the patch must make pass (a list, or a JSON string of one, as SWE-bench stores them)."""
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     """Tests that must keep passing."""
-    eval_timeout: float | None = Field(None, gt=0)
+    eval_timeout: float | None = Field(default=None, gt=0)
     """Seconds ``eval_command`` may run for this task; None: the run's (``--eval-timeout``)."""
     log_parser: str = "pytest"
     """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines) or ``exit_status``."""
-    source_line: int = Field(0, exclude=True)
+    source_line: int = Field(default=0, exclude=True)
     """Line of the task file where this task starts (for error messages; not serialized)."""
 
     @field_validator("instance_id")

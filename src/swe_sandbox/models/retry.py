@@ -64,15 +64,15 @@ class RetryConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_attempts: int = Field(10, ge=1)
+    max_attempts: int = Field(default=10, ge=1)
     """Attempts in all, the first one included (1: never retry)."""
-    max_total_s: float = Field(120.0, gt=0)
+    max_total_s: float = Field(default=120.0, gt=0)
     """Seconds from the first attempt; no retry sleeps past this, so no attempt starts after it
     (default 120: a short outage or rate-limit window passes, a lasting failure ends the run soon)."""
-    backoff_base_s: float = Field(1.0, gt=0)
+    backoff_base_s: float = Field(default=1.0, gt=0)
     """Backoff before the first retry, in seconds; it doubles on each retry. The actual wait is
     random in [backoff / 2, backoff] (jitter), and never less than the provider's ``Retry-After``."""
-    backoff_max_s: float = Field(60.0, gt=0)
+    backoff_max_s: float = Field(default=60.0, gt=0)
     """Upper bound of the backoff, in seconds (``Retry-After`` may ask for more)."""
 
 

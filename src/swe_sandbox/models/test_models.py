@@ -71,7 +71,7 @@ class DeterministicModelConfig(BaseModel):
     ``extra.actions``; none of them: a format error), or an exception instance (raised)."""
     model_name: str = "deterministic"
     """Name shown in trajectories."""
-    cost_per_call: float = Field(0.0, ge=0)
+    cost_per_call: float = Field(default=0.0, ge=0)
     """Fake cost in USD added per reply (to test cost limits)."""
     observation_template: str = DEFAULT_OBSERVATION_TEMPLATE
     """jinja2 template of a tool message's content; ``output`` is the result dict."""

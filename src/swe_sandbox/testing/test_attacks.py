@@ -125,7 +125,7 @@ def alive(pid: int, start: int | None) -> bool:
 
 def ancestors(pid: int) -> list[int]:
     """``pid`` and its parents, up to (not including) the host's PID 1."""
-    chain = []
+    chain: list[int] = []
     while pid > 1 and len(chain) < 64:
         chain.append(pid)
         ppid = proc_status(pid).get("PPid")
@@ -242,7 +242,10 @@ class Processes:
             env.close()
         finally:
             for pid, start in self.stopped + self.started:
-                if wait_until(lambda pid=pid, start=start: not alive(pid, start), 5.0):
+                def gone(pid: int = pid, start: int | None = start) -> bool:
+                    return not alive(pid, start)
+
+                if wait_until(gone, 5.0):
                     continue
                 os.kill(pid, signal.SIGKILL)
 
