@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 import typer
-from helpers.variants import variant_cli_args, variant_spec
 from typer.testing import CliRunner
 
 from swe_sandbox.cli import display
 from swe_sandbox.cli.run import DEMO_HELP, RUN_HELP, demo, run
+
+from helpers.variants import variant_cli_args, variant_spec
 
 SUBMIT_DIFF = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"
 
@@ -201,8 +202,9 @@ def test_confirm_mode_rejects_edits_and_stops_asking(monkeypatch, tmp_path):
 
 # -- Ctrl-C ------------------------------------------------------------------------------------
 def test_ctrl_c_saves_the_trajectory_and_removes_the_sandbox(backend, tmp_path):
-    from helpers.cli_process import start_cli_until_running
     from swe_sandbox.testing.kit import unique_marker, wait_host_gone
+
+    from helpers.cli_process import start_cli_until_running
 
     marker = unique_marker()
     out = tmp_path / "t.json"
@@ -323,8 +325,9 @@ def test_demo_with_an_unknown_env_says_only_that():
 # -- SIGTERM / SIGHUP ---------------------------------------------------------------------------
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend, tmp_path, signum):
-    from helpers.cli_process import start_cli_until_running
     from swe_sandbox.testing.kit import unique_marker, wait_host_gone
+
+    from helpers.cli_process import start_cli_until_running
 
     marker = unique_marker()
     out = tmp_path / "t.json"
@@ -344,3 +347,17 @@ def test_termination_signals_save_the_trajectory_and_remove_the_sandbox(backend,
     assert data["info"]["exit_status"] == name
     assert data["messages"][-1]["content"] == f"Terminated by signal {name}."
     assert [p for p in wait_host_gone(marker, grace=5) if "swe_sandbox" not in p] == []
+
+
+def test_editing_a_multi_line_command_opens_the_editor(monkeypatch):
+    """[e]dit on a command the one-line prompt cannot show opens $EDITOR on it (a real one: sed)."""
+    import io
+
+    from rich.console import Console
+
+    from swe_sandbox.cli.display import ask_approval
+
+    monkeypatch.setenv("EDITOR", "sed -i s/first/edited/")
+    monkeypatch.setattr("sys.stdin", io.StringIO("e\n"))
+    console = Console(file=io.StringIO(), force_terminal=False)
+    assert ask_approval(console, "echo first\necho second") == ("edit", "echo edited\necho second")

@@ -10,8 +10,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from swe_sandbox.cli.prepare import submission_path
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -121,8 +119,9 @@ def ask_approval(console: Console, command: str) -> tuple[str, str]:
         return "reject", Prompt.ask("Reason (told to the model)", default="", console=console)
     if choice == "e":
         if "\n" in command or has_controls(command):  # the prompt would show its default raw
-            # FIXME: typer 0.29 (vendored click) no longer has edit(): AttributeError here; flagged, not fixed
-            edited = typer.edit(command, require_save=False)  # type: ignore[attr-defined]
+            import click  # typer >= 0.29 vendors its click and no longer exports edit()
+
+            edited = click.edit(command, require_save=False)
             new = (edited or command).rstrip("\n")
         else:
             new = Prompt.ask("Command", default=command, console=console)
