@@ -80,6 +80,9 @@ def load_task_file(path: Path, image_template: str | None) -> list[Task]:
 RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
             "cluster's address, or nothing (after TASKS): a local Ray with -w slots.")
 RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
+EvalTimeoutOpt = Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each eval_command.")]
+ImageTemplateOpt = Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
+                                             show_default=False)]
 
 
 def bare_ray_flag(argv: list[str]) -> list[str]:
@@ -160,10 +163,8 @@ def batch_command(
                                      "running instances stop (LimitsExceeded) and no new one starts. 0: none.")] = 0.0,
     time_limit: Annotated[float | None, Opt("--instance-time-limit", min=0, metavar="S", help="Wall time per "
                                                "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
-    eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
-                                                                                  "eval_command.")] = 1800.0,
-    image_template: Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
-                                                 show_default=False)] = None,
+    eval_timeout: EvalTimeoutOpt = 1800.0,
+    image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
@@ -256,10 +257,8 @@ def eval_command(
                                                   help="Environment override, repeatable.", show_default=False)] = None,
     redo_existing: Annotated[bool, Opt("--redo-existing", help="Evaluate done instances again.")] = False,
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
-    eval_timeout: Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each "
-                                                                                  "eval_command.")] = 1800.0,
-    image_template: Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
-                                                 show_default=False)] = None,
+    eval_timeout: EvalTimeoutOpt = 1800.0,
+    image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
