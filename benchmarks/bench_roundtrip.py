@@ -46,7 +46,7 @@ from swe_sandbox import get_environment
 from swe_sandbox.config import SANDBOX_PATH
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.bwrap import launch_argv
-from swe_sandbox.environments.container import ContainerEnvironment
+from swe_sandbox.environments.container.environment import ContainerEnvironment
 
 ALL_BACKENDS = ("local", "bwrap", "docker", "podman")
 COMMANDS = ("true", "echo hi")

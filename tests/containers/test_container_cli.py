@@ -15,7 +15,7 @@ import pytest
 
 import swe_sandbox
 from conftest import host_processes_with, require_backend, unique_marker
-from swe_sandbox.environments.engine import LABEL_OWNER_PID
+from swe_sandbox.environments.container.engine import LABEL_OWNER_PID
 
 ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]
 CLI = [sys.executable, "-m", "swe_sandbox"]

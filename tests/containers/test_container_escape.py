@@ -16,7 +16,7 @@ import pytest
 
 import swe_sandbox
 from conftest import host_processes_with, require_backend, unique_marker
-from swe_sandbox.environments.container import DEFAULT_CAP_ADD
+from swe_sandbox.environments.container.environment import DEFAULT_CAP_ADD
 
 ENGINES = ("docker", "podman")
 MODES = {"runner": {}, "exec": {"runner": "exec"}}

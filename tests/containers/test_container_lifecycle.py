@@ -18,7 +18,7 @@ import pytest
 
 import swe_sandbox
 from conftest import require_backend
-from swe_sandbox.environments.engine import (
+from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_MANAGED,
     LABEL_OWNER_HOST,

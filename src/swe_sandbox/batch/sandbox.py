@@ -113,8 +113,8 @@ def check_task_images(tasks: "list[Task]", env_config: dict[str, Any]) -> None:
     """
     from swe_sandbox.batch.tasks import TaskFileError
     from swe_sandbox.environments import environment_class
-    from swe_sandbox.environments.image_ref import built_here
-    from swe_sandbox.environments.pull_errors import pull_error
+    from swe_sandbox.environments.container.image_ref import built_here
+    from swe_sandbox.environments.container.pull_errors import pull_error
     from swe_sandbox.errors import BackendUnavailable
 
     backend = str(env_config.get("backend", ""))

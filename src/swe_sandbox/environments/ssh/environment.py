@@ -1,11 +1,11 @@
 """Backend ``ssh``: commands run on a remote host over one SSH connection (paramiko).
 
-One connection per environment (``ssh_link``). The runner starts on the remote through ONE
+One connection per environment (``link``). The runner starts on the remote through ONE
 session channel (``python3 -c BOOTSTRAP``, its source written to the channel's stdin); every
-command is one round trip on it (``ssh_streams.SshChannel``). A remote without python3 gets the
+command is one round trip on it (``streams.SshChannel``). A remote without python3 gets the
 exec fallback (``runner: exec``, or ``auto``): one channel per command, the timeout enforced and
 the streams merged on the remote (``fallback.ExecFallbackChannel`` over ``RemoteProcess``).
-Files move through SFTP (``ssh_files``).
+Files move through SFTP (``files``).
 
 SSH alone is NOT a sandbox: commands run as the SSH user, with that user's files and network.
 ``remote_sandbox: bwrap`` runs them inside bubblewrap on the remote, with the bwrap backend's
@@ -38,13 +38,13 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from swe_sandbox.config import EnvironmentConfig, validate
-from swe_sandbox.environments import ssh_files
+from swe_sandbox.environments.ssh import files as ssh_files
 from swe_sandbox.environments.base import Channel, Environment
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
 from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
-from swe_sandbox.environments.ssh_bwrap import BWRAP_BASE_ENV, RemoteBwrap
-from swe_sandbox.environments.ssh_link import SshLink, connect
-from swe_sandbox.environments.ssh_streams import RemoteProcess, SshChannel
+from swe_sandbox.environments.ssh.remote_bwrap import BWRAP_BASE_ENV, RemoteBwrap
+from swe_sandbox.environments.ssh.link import SshLink, connect
+from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
 from swe_sandbox.errors import ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR
 

@@ -16,7 +16,7 @@ import threading
 import time
 
 from swe_sandbox.environments.base import Channel
-from swe_sandbox.environments.ssh_link import EXIT_DRAIN_S, NOISE_KEPT, Preamble, SshLink
+from swe_sandbox.environments.ssh.link import EXIT_DRAIN_S, NOISE_KEPT, Preamble, SshLink
 
 
 class SshChannel(Channel):

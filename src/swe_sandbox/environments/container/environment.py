@@ -62,9 +62,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
+from swe_sandbox.environments.container.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
-from swe_sandbox.environments.engine import (
+from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_MANAGED,
@@ -78,9 +78,9 @@ from swe_sandbox.environments.engine import (
     process_start_id,
 )
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
-from swe_sandbox.environments.image_ref import built_here, check_reference, is_loopback, parse_image
-from swe_sandbox.environments.pull_errors import pull_error
-from swe_sandbox.environments.pulling import PullRequest, pull
+from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
+from swe_sandbox.environments.container.pull_errors import pull_error
+from swe_sandbox.environments.container.pulling import PullRequest, pull
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -381,7 +381,7 @@ class ContainerEnvironment(Environment):
 
     # -- lifecycle ------------------------------------------------------------------------------
     def pull_request(self) -> PullRequest:
-        """How this sandbox's image is pulled (``swe_sandbox.environments.pulling``)."""
+        """How this sandbox's image is pulled (``swe_sandbox.environments.container.pulling``)."""
         cfg = self.config
         registry = parse_image(cfg.image).registry
         return PullRequest(backend=self.engine_class.name, url=cfg.url, image=cfg.image,
