@@ -79,6 +79,15 @@ class SandboxDied(SandboxError):
     """The sandbox died or vanished; no further command can run in it."""
 
 
+class ConnectionLost(SandboxDied):
+    """The connection to the sandbox (``ssh``) was lost during a command, not the sandbox itself.
+
+    The command's result is lost as with ``SandboxDied``, but the environment stays open: the
+    next command reconnects (same workspace) and first ends what the lost connection's commands
+    left.
+    """
+
+
 class ProtocolError(SandboxError):
     """The runner answered with something that does not follow the framed protocol."""
 

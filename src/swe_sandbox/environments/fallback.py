@@ -2,11 +2,11 @@
 
 Where the runner cannot start (a busybox image, a bare remote host), a backend hands
 ``ExecFallbackChannel`` a way to start one process in the sandbox (``start_exec(argv)``), and every
-command becomes one such process running ``FALLBACK_SCRIPT`` under ``sh``. The channel speaks the
-runner's protocol towards ``Environment`` (a ``ready`` frame, then one ``result`` frame per
-``exec``), so ``Environment.execute`` (sentinel, dead-sandbox handling) is the same code in both
-modes, and the result dict is built by the runner's own ``Runner.result`` and ``OutputBuffer``
-(same truncation, marker, counters and messages).
+command becomes one such process running ``FALLBACK_SCRIPT`` under ``sh``. The channel is a session
+like the runner's (``base.Session``: ``ready``, then one ``request`` per command), so
+``Environment.execute`` (sentinel, dead-sandbox handling) is the same code in both modes, and the
+result dict is built by the runner's own ``make_result`` and ``OutputBuffer`` (same truncation,
+marker, counters and messages).
 
 What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybox ash, bash):
 
@@ -47,7 +47,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from swe_sandbox import runner
-from swe_sandbox.environments.base import HOST_GRACE_S, Channel
+from swe_sandbox.environments.base import HOST_GRACE_S
 from swe_sandbox.errors import ProtocolError, SandboxDied
 
 STATUS_PREFIX = "swe-sandbox-status "
@@ -71,10 +71,8 @@ d=$(mktemp -d "${TMPDIR:-/tmp}/swe-sandbox-exec.XXXXXX" 2>/dev/null) || d=$(mkte
   || { status error=mktemp; exit 125; }
 cat >"$d/cmd" || { status error=stdin; rm -rf "$d"; exit 125; }
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
-  if [ -d "$cwd" ]; then why="cannot be entered"; elif [ -e "$cwd" ]; then why="is not a directory"
-  else why="does not exist"; fi
-  printf 'swe-sandbox: working directory %s %s\n' "$cwd" "$why"
-  status rc=1 bad_cwd=1; rm -rf "$d"; exit 1
+  if [ -d "$cwd" ]; then why=noaccess; elif [ -e "$cwd" ]; then why=notdir; else why=missing; fi
+  status rc=1 bad_cwd=$why; rm -rf "$d"; exit 1
 fi
 if command -v bash >/dev/null 2>&1; then run="bash"; script='eval "$(< '"$d/cmd"')"'
 else run="sh"; script='eval "$(cat '"$d/cmd"')"'; fi
@@ -231,8 +229,8 @@ def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
     return status, "\n".join(rest)
 
 
-class ExecFallbackChannel(Channel):
-    """The runner protocol, served by one sandbox exec per command (see the module doc).
+class ExecFallbackChannel:
+    """A ``base.Session`` served by one sandbox exec per command (see the module doc).
 
     Args:
         start_exec: starts ``argv`` in the sandbox with stdin, stdout and stderr as pipes
@@ -256,9 +254,7 @@ class ExecFallbackChannel(Channel):
     def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
                  info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
                  sweep_orphans: bool = False, shared_clock: bool = False, trace_dir: str | None = None):
-        self.proc = None
-        self.stderr_file = None
-        self._buf = bytearray()
+        self.proc: ExecHandle | None = None  # the running command's exec (``interrupt`` ends it)
         self.start_exec = start_exec
         self.env = dict(env or {})
         self.describe_death = describe_death or (lambda: "")
@@ -268,26 +264,28 @@ class ExecFallbackChannel(Channel):
         self.run_trace = "" if trace_dir is None else trace_path(trace_dir, self.run_id)
         self.seq = 0
         self.tokens: list[str] = []  # of the commands run so far (the last SPARED_TOKENS are spared)
-        self._pending: list[dict[str, Any]] = [{
-            "op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None, **(info or {}),
-        }]
+        self.info = {"op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None,
+                     **(info or {})}
         self._last_error = ""
 
-    # -- the Channel interface ------------------------------------------------------------------
-    def send(self, obj: dict[str, Any]) -> None:
-        if obj.get("op") == "exec":
-            reply = self._run(obj)
-            reply["id"] = obj.get("id")  # the runner echoes the request's id; so do we
-            self._pending.append(reply)
-        elif obj.get("op") == "close":
-            pass
-        else:
-            self._pending.append({"op": "error", "message": f"unknown op {obj.get('op')!r}"})
+    # -- the Session interface ------------------------------------------------------------------
+    def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ``ready`` facts (no process to wait for: every command starts its own)."""
+        return self.info
 
-    def recv(self, timeout: float | None) -> dict[str, Any]:
-        if not self._pending:
-            raise ProtocolError("recv() without a request")
-        return self._pending.pop(0)
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Run the ``exec`` request ``req`` as one exec; its result, with the request's ``id``.
+
+        ``timeout`` is not used: the command's own (``req["timeout"]``) plus ``HOST_GRACE_S`` bounds
+        the wait.
+
+        Raises:
+            SandboxDied: the exec could not start, or gave no status.
+            ProtocolError: the status was tampered with.
+        """
+        reply = self._run(req)
+        reply["id"] = req.get("id")
+        return reply
 
     def diagnose(self) -> str:
         return self._last_error
@@ -302,7 +300,7 @@ class ExecFallbackChannel(Channel):
                 pass
 
     def close(self, wait: float = 2.0) -> None:
-        self._pending.clear()
+        """Nothing to end: no process outlives its command (the backend sweeps what commands left)."""
 
     # -- one command ----------------------------------------------------------------------------
     def _run(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -358,13 +356,12 @@ class ExecFallbackChannel(Channel):
         rc = _status_code(status)
         if rc != code:  # the exit status comes from the engine / sshd, out of the commands' reach
             raise ProtocolError(f"{FORGED_STATUS} (status rc={status['rc']}, exit status {code})")
-        if status.get("bad_cwd") == "1":  # the script's one line says why, as the runner's would
-            msg = bytes(buf.head).decode("utf-8", "replace").strip()
-            return runner.Runner.result(None, None, 1, msg, started, buf)
+        if status.get("bad_cwd") in runner.BAD_CWD:  # the same line and message as the runner's
+            msg = runner.bad_cwd_message(req.get("cwd") or "", status["bad_cwd"])
+            return runner.make_result(msg + "\n", 1, msg, started, buf)
         if status.get("timed_out") == "1":
-            msg = f"Command timed out after {runner._num(timeout)} seconds"
-            return runner.Runner.result(None, None, -1, msg, started, buf, timed_out=True)
-        return runner.Runner.result(None, None, rc, "", started, buf)
+            return runner.make_result(None, -1, runner.timeout_message(timeout), started, buf, timed_out=True)
+        return runner.make_result(None, rc, "", started, buf)
 
     @staticmethod
     def _read_output(proc: ExecHandle, buf: runner.OutputBuffer, deadline: float | None) -> bool:

@@ -456,8 +456,8 @@ class ContainerEnvironment(Environment):
         cli_env = self.engine.cli_env()
         channel = spawn_runner(self.engine.attach_argv(cid), cli_env, max_lifetime=self.config.max_lifetime)
         try:
-            first = channel.recv(self.config.start_timeout,
-                                 unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
+            first = channel.ready(self.config.start_timeout,
+                                  unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
         except SandboxDied:
             why = channel.diagnose() or self.describe_state()
             channel.close(wait=0.5)
@@ -467,8 +467,7 @@ class ContainerEnvironment(Environment):
             channel.close(wait=0.5)
             self._stop()
             raise BackendUnavailable(self._host_root_reason("the host's uid 0 is mapped into the container"))
-        if first.get("op") != NOPYTHON_FRAME["op"]:
-            channel.push_back(first)
+        if first.get("op") != NOPYTHON_FRAME["op"]:  # the runner's ready: Environment.start reads it again
             self.mode = "runner"
             return channel
         if self.config.runner == "python":
@@ -482,11 +481,8 @@ class ContainerEnvironment(Environment):
                                    info={"cwd": self.config.mount_point}, describe_death=self.describe_state,
                                    sweep_orphans=True, shared_clock=self.engine.url.startswith("unix://"))
 
-    def start(self) -> None:
-        """Create the container, attach the runner (or the fallback), copy the workspace in."""
-        if self._channel is not None or self._closed:
-            return super().start()
-        super().start()
+    def _after_start(self) -> None:
+        """Record the container's facts, copy the workspace in."""
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
         self.info["userns"] = self.config.userns
@@ -500,22 +496,21 @@ class ContainerEnvironment(Environment):
             self.close()
             raise SandboxStartError(f"{self.engine.name}: cannot set up the workspace: {error_line(exc)}") from None
 
-    def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
-        try:
-            result = super().execute(action, cwd, timeout=timeout)
-        except SandboxDied as exc:
-            state = describe(self._final_state)
-            if self._started_at and time.monotonic() - self._started_at >= self.config.max_lifetime:
-                state += f"; it reached its max_lifetime of {_num(self.config.max_lifetime)} s"
-            raise SandboxDied(f"{exc}{' (' + state + ')' if state not in str(exc) else ''}") from None
+    def _explain_death(self, exc: SandboxDied) -> SandboxDied:
+        """Add what became of the container (and whether it reached ``max_lifetime``)."""
+        state = describe(self._final_state)
+        if self._started_at and time.monotonic() - self._started_at >= self.config.max_lifetime:
+            state += f"; it reached its max_lifetime of {_num(self.config.max_lifetime)} s"
+        return SandboxDied(f"{exc}{' (' + state + ')' if state not in str(exc) else ''}")
+
+    def _check_result(self, result: dict[str, Any]) -> None:
         if result["returncode"] == 137 and not result["extra"].get("timed_out") and self.config.memory:
             self._mark_oom(result)
-        return result
 
     def _mark_oom(self, result: dict[str, Any]) -> None:
         """A SIGKILLed command: say so clearly when the memory cgroup's OOM killer did it."""
         try:
-            probe = super().execute({"command": OOM_PROBE}, "/", timeout=10)
+            probe = self._run(OOM_PROBE, "/", timeout=10)
         except SandboxError:
             return
         kills = 0

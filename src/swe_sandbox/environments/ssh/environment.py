@@ -45,7 +45,7 @@ from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
 from swe_sandbox.environments.ssh.remote_bwrap import BWRAP_BASE_ENV, RemoteBwrap
 from swe_sandbox.environments.ssh.link import SshLink, connect
 from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
-from swe_sandbox.errors import ConfigError, SandboxDied, SandboxError, SandboxStartError
+from swe_sandbox.errors import ConfigError, ConnectionLost, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR
 
 #: Kills what commands of one run left (they carry RUN_TOKEN_VAR=run id): at close after the exec
@@ -138,7 +138,6 @@ class SshEnvironment(Environment):
         self.mode = "runner"
         self._link: SshLink | None = None
         self._sftp = None
-        self._executing = self._lost = False
         self._fallback_runs: list[str] = []  # their background jobs are killed at close
         self._runner: SshChannel | None = None
 
@@ -237,30 +236,22 @@ class SshEnvironment(Environment):
         return RemoteProcess(chan, link)
 
     # -- life cycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Connect, prepare the remote and start the runner (or the fallback) now."""
-        super().start()
+    def _after_start(self) -> None:
         self.info.setdefault("mode", self.mode)
 
-    def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
-        self._executing, self._lost = True, False
-        try:
-            return super().execute(action, cwd, timeout=timeout)
-        except SandboxDied as exc:
-            if not self._lost:
-                raise
-            self._closed = False  # the connection was lost, not the sandbox: the next command reconnects
-            raise SandboxDied(f"{exc} (connection to {self.config.host}:{self.config.port} lost; "
-                              "the next command reconnects)") from None
-        finally:
-            self._executing = False
+    def _lost_connection(self, exc: SandboxDied) -> ConnectionLost | None:
+        """The connection was lost, not the sandbox: the next command reconnects (same workspace)."""
+        if self._link is None or not self._link.dead():
+            return None
+        return ConnectionLost(f"{exc} (connection to {self.config.host}:{self.config.port} lost; "
+                              "the next command reconnects)")
+
+    def _drop_connection(self) -> None:
+        """Close the lost connection, keeping the workspace for the next one."""
+        self._drop_link()
 
     def _stop(self) -> None:
         link, self._link, self._sftp = self._link, None, None
-        self._lost = self._executing and link is not None and bool(link.dead())
-        if self._lost:
-            link.close()  # keep the workspace for the next connection
-            return
         try:
             self._clean_up(link)
         finally:
