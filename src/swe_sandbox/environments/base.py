@@ -79,6 +79,20 @@ def check_timeout(timeout: float | None) -> float | None:
     return float(timeout)
 
 
+def mount_relative(path: str, mount: str) -> str:
+    """Sandbox ``path`` (absolute) as a path relative to ``mount``; "" for ``mount`` itself.
+
+    A name that merely starts with two dots (``..foo``) is a legal name under ``mount``.
+
+    Raises:
+        ValueError: ``path`` is outside ``mount`` (the message names both).
+    """
+    rel = posixpath.relpath(posixpath.normpath(path), mount)
+    if rel == ".." or rel.startswith("../"):
+        raise ValueError(f"{path}: only paths under {mount} can be copied")
+    return "" if rel == "." else rel
+
+
 def find_submission(output: str, returncode: int) -> str | None:
     """Return the submission if ``output`` submits (first non-empty line is the sentinel), else None."""
     if returncode != 0:

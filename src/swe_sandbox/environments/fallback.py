@@ -60,7 +60,20 @@ SPARED_TOKENS = 256
 #: ``argv[0]`` of the fallback script inside the sandbox (shows up in ``ps``).
 SCRIPT_NAME = "swe-sandbox-exec"
 
-FALLBACK_SCRIPT = r"""
+#: The one shell tree-kill sweep (the fallback's timeout, ssh's clean-up): ``kill_holders ENTRY FILE
+#: FD`` SIGKILLs every process but this shell that carries the environment entry ENTRY (a run or
+#: command token), or holds FILE (a trace file) open as its descriptor FD (``env -i`` drops the
+#: token, not the descriptor). No fork per process (pids may be exhausted).
+KILL_HOLDERS = r"""kill_holders() {
+  for f in $(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null); do
+    q_=${f#/proc/}; q_=${q_%/environ}
+    [ "$q_" = "$$" ] || kill -KILL "$q_" 2>/dev/null
+  done
+  if [ -e "$2" ]; then for p_ in /proc/[0-9]*; do [ "$p_/fd/$3" -ef "$2" ] && kill -KILL "${p_#/proc/}" 2>/dev/null; done; fi
+}
+"""
+
+FALLBACK_SCRIPT = KILL_HOLDERS + r"""
 cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-} spared=" ${10:-} "
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
@@ -96,13 +109,7 @@ older_holder() {  # does a process older than this command carry the environment
 }
 sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) orphans with a cleared environment
   for round in 1 2 3; do
-    for f in $(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null); do
-      q=${f#/proc/}; q=${q%/environ}
-      [ "$q" = "$$" ] || kill -KILL "$q" 2>/dev/null
-    done
-    for p in /proc/[0-9]*; do  # fd 9 on this command's trace file: `env -i` drops the token, not fds
-      [ "$p/fd/9" -ef "$d/trace" ] && kill -KILL "${p#/proc/}" 2>/dev/null
-    done
+    kill_holders "SWE_SANDBOX_CMD=$tok" "$d/trace" 9
     [ "$orphans" = 1 ] || continue
     # an orphan adopted by PID 1 since this command started is ours, unless it carries the token of
     # an earlier command that a process older than this command still carries (runner.find_tree's rule)
@@ -205,6 +212,14 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, timeout_ticks, token, drain_ticks, collect_ticks,
             exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs), run_trace,
             " ".join(spared)]
+
+
+def run_sweep(run_id: str, trace_file: str) -> str:
+    """Shell lines killing, in three rounds, every process that carries ``run_id`` as its run token
+    or holds the run's ``trace_file`` open as fd 8 (``setsid env -i`` escapees), then removing it."""
+    entry, trace = shlex.quote(f"{runner.RUN_TOKEN_VAR}={run_id}"), shlex.quote(trace_file)
+    return (f"{KILL_HOLDERS}for round in 1 2 3; do kill_holders {entry} {trace} 8; done; "
+            f"rm -f -- {trace}; true")
 
 
 def trace_path(trace_dir: str, run_id: str) -> str:

@@ -9,14 +9,14 @@ Files move through SFTP (``files``).
 
 SSH alone is NOT a sandbox: commands run as the SSH user, with that user's files and network.
 ``remote_sandbox: bwrap`` runs them inside bubblewrap on the remote, with the bwrap backend's
-policy (``BwrapEnvironment.bwrap_argv``) and the remote workspace mounted at ``mount_point``.
+policy (``bwrap.bwrap_policy``) and the remote workspace mounted at ``mount_point``.
 
 Safety (DESIGN.md §5): an unknown host key is refused (naming its fingerprint) unless
 ``accept_new_host_keys``; the sandbox's variables (``sandbox_env``) travel inline on the remote
 command line, shell-quoted, never through the SSH ``env`` request and never the host's own; a
 timeout kills the command's whole tree on the remote (the runner or the fallback script does it).
 
-A connection that closed or froze fails the running command with ``SandboxDied`` within
+A connection that closed or froze fails the running command with ``ConnectionLost`` within
 ``keepalive_interval * keepalive_count_max`` seconds; the next command reconnects (same
 workspace) and first kills what the lost connection's commands left. A runner that died on a
 healthy connection closes the environment, as on every backend.
@@ -39,24 +39,16 @@ from pydantic import Field, SecretStr
 
 from swe_sandbox.config import EnvironmentConfig, validate
 from swe_sandbox.environments.ssh import files as ssh_files
-from swe_sandbox.environments.base import Channel, Environment
+from swe_sandbox.environments.base import Environment, Session, mount_relative
+from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
-from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
-from swe_sandbox.environments.ssh.remote_bwrap import BWRAP_BASE_ENV, RemoteBwrap
+from swe_sandbox.environments.fallback import ExecFallbackChannel, run_sweep, trace_path
+from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
 from swe_sandbox.environments.ssh.link import SshLink, connect
 from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
 from swe_sandbox.errors import ConfigError, ConnectionLost, SandboxDied, SandboxError, SandboxStartError
-from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED
 
-#: Kills what commands of one run left (they carry RUN_TOKEN_VAR=run id): at close after the exec
-#: fallback (no runner to do it) or a runner that died, and on reconnecting in fallback mode.
-SWEEP = """t=TRACE
-for round in 1 2 3; do
-  for f in $(grep -l -a -z -x -F TOKEN /proc/[0-9]*/environ 2>/dev/null); do
-    q=${f#/proc/}; kill -KILL "${q%/environ}"
-  done
-  if [ -e "$t" ]; then for p in /proc/[0-9]*; do [ "$p/fd/8" -ef "$t" ] && kill -KILL "${p#/proc/}"; done; fi
-done 2>/dev/null; rm -f -- "$t"; true"""
 #: Where the exec fallback keeps each run's trace file (``fallback.trace_path``).
 TRACE_DIR = "/tmp"
 #: Without SSH_CLIENT, bash does not think sshd started it: commands read no ~/.bashrc.
@@ -102,10 +94,10 @@ class SshConfig(EnvironmentConfig):
 
 
 def sweep(run_id: str) -> str:
-    """Remote shell lines killing every process that carries ``run_id`` as its run token, or holds
-    its exec-fallback trace file open (``setsid env -i`` escapees)."""
-    trace = shlex.quote(trace_path(TRACE_DIR, run_id))
-    return SWEEP.replace("TOKEN", shlex.quote(f"{RUN_TOKEN_VAR}={run_id}")).replace("TRACE", trace)
+    """Remote shell lines killing what commands of the run ``run_id`` left (``fallback.run_sweep``):
+    at close after the exec fallback (no runner to do it) or a runner that died, and on
+    reconnecting in fallback mode."""
+    return run_sweep(run_id, trace_path(TRACE_DIR, run_id))
 
 
 class SshEnvironment(Environment):
@@ -199,15 +191,14 @@ class SshEnvironment(Environment):
         """
         pairs = [f"{k}={v}" for k, v in env.items()]
         if self._policy:
-            policy = self._policy.bwrap_argv()
-            words = ["env", "-i", *pairs, *policy[: policy.index("--") + 1], *argv]
+            words = ["env", "-i", *pairs, *self._policy.policy_argv(), *argv]
         else:
             words = ["env", *NO_SSH_VARS, *pairs, *argv]
         if replace:
             return f"exec {shlex.join(words)}"
         return f"exec 3>&2 2>/dev/null; {shlex.join(words)} 2>&3 3>&-; exit $?"
 
-    def _open_channel(self) -> Channel:
+    def _open_channel(self) -> Session:
         link = self._ensure_link()
         base = dict(BWRAP_BASE_ENV) if self._policy else {}
         if self.mode == "exec":
@@ -292,10 +283,7 @@ class SshEnvironment(Environment):
         """
         if not self._policy:
             return posixpath.join(self.config.cwd, path)
-        mount = self._policy.config.mount_point
-        rel = posixpath.relpath(posixpath.normpath(posixpath.join(self.config.cwd, path)), mount)
-        if rel.startswith(".."):
-            raise ValueError(f"{path}: only paths under {mount} can be copied")
+        rel = mount_relative(posixpath.join(self.config.cwd, path), self._policy.config.mount_point)
         return posixpath.normpath(posixpath.join(self.workspace, rel))
 
     def _upload(self, src: Path, dst: str) -> None:
