@@ -541,12 +541,7 @@ class Environment:
 
     def _drop_session(self) -> None:
         """After ``ConnectionLost``: close the session and the connection, keep the environment open."""
-        channel, self._channel = self._channel, None
-        try:
-            if channel is not None:
-                channel.close()
-        finally:
-            self._drop_connection()
+        self._close_session(then=self._drop_connection)
 
     def close(self) -> None:
         """End every process started in the sandbox and remove it. Idempotent.
@@ -572,12 +567,16 @@ class Environment:
 
     def _close(self) -> None:
         """``close`` under the lock: the channel, then the backend's own cleanup."""
+        self._close_session(then=self._stop)
+
+    def _close_session(self, then) -> None:
+        """Close the session (if any), then call ``then()`` whatever happened."""
         channel, self._channel = self._channel, None
         try:
             if channel is not None:
                 channel.close()
         finally:
-            self._stop()
+            then()
 
     def __enter__(self):
         return self

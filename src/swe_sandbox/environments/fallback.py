@@ -311,7 +311,7 @@ class ExecFallbackChannel:
         if proc is not None:
             try:
                 proc.terminate()  # the reading thread then sees end of file
-            except Exception:  # noqa: BLE001 - best effort (an SSH transport already gone: EOFError)
+            except OSError:  # best effort (RemoteProcess.terminate already ignores a transport gone)
                 pass
 
     def close(self, wait: float = 2.0) -> None:

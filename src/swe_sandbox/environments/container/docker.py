@@ -67,6 +67,11 @@ class DockerEngine(Engine):
         finally:
             client.close()
 
+    def sdk_errors(self) -> tuple[type[BaseException], ...]:
+        import docker.errors
+
+        return (docker.errors.DockerException, OSError)
+
     def is_not_found(self, exc: BaseException) -> bool:
         import docker.errors
 

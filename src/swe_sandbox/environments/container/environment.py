@@ -53,6 +53,7 @@ import re
 import shlex
 import socket
 import struct
+import tarfile
 import time
 import uuid
 import weakref
@@ -428,7 +429,7 @@ class ContainerEnvironment(Environment):
         """``engine.create``, its failure translated (``_ImageMissing`` when the image is absent)."""
         try:
             return self.engine.create(spec)
-        except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+        except self.engine.errors as exc:
             reason = self.engine.unavailable_reason()  # checked only now: a ping costs ~10 ms
             if reason:
                 raise BackendUnavailable(reason) from None
@@ -447,7 +448,7 @@ class ContainerEnvironment(Environment):
     def _has_image(self, image: str) -> bool:
         try:
             return self.engine.has_image(image)
-        except Exception:  # noqa: BLE001
+        except self.engine.errors:
             return True  # unknown: report the create error as it is
 
     def _open_channel(self) -> Channel:
@@ -492,7 +493,7 @@ class ContainerEnvironment(Environment):
             if self.config.workspace is not None:
                 self.engine.put_archive(self.container_id, self.config.mount_point,
                                         tar_directory(Path(self.config.workspace), self._owner()))
-        except Exception as exc:  # noqa: BLE001
+        except (*self.engine.errors, tarfile.TarError) as exc:
             self.close()
             raise SandboxStartError(f"{self.engine.name}: cannot set up the workspace: {error_line(exc)}") from None
 
@@ -544,7 +545,7 @@ class ContainerEnvironment(Environment):
             return
         try:
             self._final_state = self.engine.inspect(cid)
-        except Exception:  # noqa: BLE001
+        except self.engine.errors:
             self._final_state = None
         if self._finalizer is not None:
             self._finalizer.detach()
@@ -557,7 +558,7 @@ class ContainerEnvironment(Environment):
             return describe(self._final_state)
         try:
             return describe(self.engine.inspect(self.container_id))
-        except Exception as exc:  # noqa: BLE001
+        except self.engine.errors as exc:
             return f"its state is unknown: {error_line(exc)}"
 
     # -- files ----------------------------------------------------------------------------------
@@ -568,7 +569,7 @@ class ContainerEnvironment(Environment):
         mount = PurePosixPath(self.config.mount_point)
         try:
             self.engine.put_archive(self.container_id, str(mount.parent), tar_empty_dir(mount.name, self._owner()))
-        except Exception:  # noqa: BLE001 - a read-only root
+        except self.engine.errors:  # a read-only root
             self.engine.put_archive(self.container_id, str(mount), tar_empty_dir(".", self._owner()))
 
     def _owner(self) -> tuple[int, int]:
@@ -603,7 +604,7 @@ class ContainerEnvironment(Environment):
         try:
             try:
                 self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
-            except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+            except self.engine.errors as exc:
                 if not self.engine.is_not_found(exc):
                     raise
                 # The parent is missing: made by the container's user (the engine would make it
@@ -612,7 +613,7 @@ class ContainerEnvironment(Environment):
                     self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
                 else:
                     self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
-        except Exception as exc:  # noqa: BLE001
+        except (*self.engine.errors, tarfile.TarError, SandboxError) as exc:
             raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
     def _download(self, src: str, dst: Path) -> None:
@@ -625,7 +626,7 @@ class ContainerEnvironment(Environment):
             return
         try:
             chunks = self.engine.get_archive(self.container_id, src)
-        except Exception as exc:  # noqa: BLE001
+        except self.engine.errors as exc:
             if not self.engine.is_not_found(exc):
                 raise SandboxError(f"download of {src}: {error_line(exc)}") from None
             state = self.describe_state()
@@ -647,7 +648,7 @@ def _num(value: float) -> str:
 def _remove_quietly(engine: Engine, cid: str) -> None:
     try:
         engine.remove(cid)
-    except Exception:  # noqa: BLE001 - best effort at interpreter exit
+    except engine.errors:  # best effort at interpreter exit
         pass
 
 

@@ -73,6 +73,12 @@ class PodmanEngine(Engine):
             if not client.ping():
                 raise ConnectionError("ping failed")
 
+    def sdk_errors(self) -> tuple[type[BaseException], ...]:
+        import podman.errors
+
+        # APIError and NotFound derive from requests' HTTPError, an OSError
+        return (podman.errors.DockerException, podman.errors.HTTPException, podman.errors.StreamParseError, OSError)
+
     def is_not_found(self, exc: BaseException) -> bool:
         import podman.errors
 

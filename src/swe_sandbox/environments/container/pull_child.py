@@ -47,7 +47,7 @@ def main(argv: list[str]) -> int:
     try:
         for event in engine.pull_events(image, insecure=insecure == "1"):
             _write(event)
-    except Exception as exc:  # noqa: BLE001 - any SDK error is reported to the parent as text
+    except (*engine.errors, ValueError) as exc:  # the SDK's, or an undecodable event: told the parent as text
         # the engine's own words when the SDK has them (APIError.explanation, both SDKs)
         _write({"error": str(getattr(exc, "explanation", "") or "") or error_line(exc)})
         return 1

@@ -44,7 +44,7 @@ from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
 from swe_sandbox.environments.fallback import ExecFallbackChannel, run_sweep, trace_path
 from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
-from swe_sandbox.environments.ssh.link import SshLink, connect
+from swe_sandbox.environments.ssh.link import SshLink, connect, ssh_errors
 from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
 from swe_sandbox.errors import ConfigError, ConnectionLost, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED
@@ -209,7 +209,7 @@ class SshEnvironment(Environment):
             return channel
         try:
             chan = link.start(self._command([self.config.python, *ISOLATED, "-c", BOOTSTRAP], self.sandbox_env(base)))
-        except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
+        except ssh_errors() as exc:
             raise SandboxStartError(f"cannot open an SSH channel on {link.where}: {exc}") from None
         channel = self._runner = SshChannel(chan, link)
         channel.start_runner()
@@ -222,7 +222,7 @@ class SshEnvironment(Environment):
             if link is None or link.dead():
                 raise OSError(link.failed if link else "not connected")
             chan = link.start(self._command(argv, dict(BWRAP_BASE_ENV) if self._policy else {}, replace=False))
-        except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
+        except ssh_errors() as exc:
             raise OSError(f"cannot open an SSH channel: {exc}") from None
         return RemoteProcess(chan, link)
 
