@@ -8,7 +8,7 @@ machine load hits every method alike), after a warm-up:
 
 - ``fork``: a bare ``bash -c CMD`` from Python (``subprocess.run``, output captured): the floor.
 - ``bwrap/cmd``: a fresh ``bwrap`` per command with the same policy flags as the bwrap backend
-  (``BwrapEnvironment.bwrap_argv()`` minus the runner part) and the same cleared environment:
+  (``bwrap.bwrap_policy``) and the same cleared environment:
   what the backend would cost without a long-lived runner.
 - ``docker exec/cmd``, ``podman exec/cmd``: one ``CLI exec CONTAINER bash -c CMD`` per command into
   one already-running container of the backend's image (``CLI run -d --network none IMAGE sleep
@@ -43,10 +43,10 @@ from typing import Callable
 
 from benchlib import Call, ExecContainer, bare_run_argv, median_ms, p90_ms, round_robin, run_checked
 from swe_sandbox import get_environment
-from swe_sandbox.config import SANDBOX_PATH
 from swe_sandbox.environments import environment_class
-from swe_sandbox.environments.bwrap import launch_argv
-from swe_sandbox.environments.container import ContainerEnvironment
+from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
+from swe_sandbox.environments.bwrap import bwrap_policy, launch_argv
+from swe_sandbox.environments.container.environment import ContainerEnvironment
 
 ALL_BACKENDS = ("local", "bwrap", "docker", "podman")
 COMMANDS = ("true", "echo hi")
@@ -55,8 +55,6 @@ TARGET_OVERHEAD_MS = 3.0
 TARGET_START_RATIO = 1.2
 #: Backends whose per-command overhead is checked against TARGET_OVERHEAD_MS.
 OVERHEAD_CHECKED = ("bwrap", "docker", "podman")
-#: The base environment the bwrap backend gives its sandbox (mirrors BwrapEnvironment._open_channel).
-BWRAP_BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
 LABELS = {
     "fork": "fork: bash -c via subprocess.run",
     "bwrap/cmd": "bwrap/cmd: fresh bwrap per command",
@@ -98,9 +96,8 @@ def bwrap_cmd_method(stack: contextlib.ExitStack) -> Method:
     probe = get_environment("bwrap")  # never started: only its policy is used
     stack.callback(probe.close)
     ids = probe.host_ids()  # started as the backend starts it: as root, dropped to the sandbox's uid
-    argv = probe.bwrap_argv(uid0=ids is not None)
-    argv[0] = shutil.which(argv[0])
-    policy = argv[: argv.index("--") + 1]
+    policy = bwrap_policy(probe.config, probe.workspace, uid0=ids is not None)
+    policy[0] = shutil.which(policy[0])
     env = probe.sandbox_env(dict(BWRAP_BASE_ENV))
     return lambda cmd: run_checked(launch_argv([*policy, "bash", "-c", cmd], rlimits=[], ids=ids, bpf=None),
                                    EXPECTED[cmd], env)

@@ -39,7 +39,7 @@ from bench_roundtrip import COMMANDS, EXPECTED, TARGET_OVERHEAD_MS, backend_meth
 from benchlib import median_ms, p90_ms, round_robin, run_checked  # noqa: E402
 
 from swe_sandbox import SandboxDied, get_environment  # noqa: E402
-from swe_sandbox.environments.ssh_link import connect  # noqa: E402
+from swe_sandbox.environments.ssh.link import connect  # noqa: E402
 
 
 def channel_per_command(spec: dict, stack: contextlib.ExitStack):

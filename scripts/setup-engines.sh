@@ -46,7 +46,7 @@ BUILD_IMAGES=1
 # it), a large one for Podman's per-container user namespaces; bwrap's pool starts at 2000000000.
 DOCKREMAP_RANGE=900000000:65536
 CONTAINERS_RANGE=1000000000:1000000000
-USERNS_SIZE=65536  # ids per Podman container (as src/swe_sandbox/environments/podman.py)
+USERNS_SIZE=65536  # ids per Podman container (as src/swe_sandbox/environments/container/podman.py)
 
 PACKAGES=(docker.io podman runc catatonit bubblewrap libseccomp2 openssh-server debootstrap busybox-static docker-registry)
 

@@ -10,6 +10,7 @@
     │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up
     │   │   │   └── ImagePullError   its image could not be pulled (``.reason`` says why)
     │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
+    │   │   │   └── ConnectionLost   only the connection to it (ssh) was lost; the next command reconnects
     │   │   ├── ProtocolError        the runner sent something it should not have
     │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
     │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero
@@ -60,7 +61,7 @@ class SandboxStartError(SandboxError):
 class ImagePullError(SandboxStartError):
     """A container image could not be pulled, or is absent where no pull is allowed.
 
-    The message names the engine, the image and the cause (``swe_sandbox.environments.pull_errors``
+    The message names the engine, the image and the cause (``swe_sandbox.environments.container.pull_errors``
     writes it). Nothing of a failed pull is left: no container, no image reference.
 
     Attributes:
@@ -84,6 +85,15 @@ class ImagePullError(SandboxStartError):
 
 class SandboxDied(SandboxError):
     """The sandbox died or vanished; no further command can run in it."""
+
+
+class ConnectionLost(SandboxDied):
+    """The connection to the sandbox (``ssh``) was lost during a command, not the sandbox itself.
+
+    The command's result is lost as with ``SandboxDied``, but the environment stays open: the
+    next command reconnects (same workspace) and first ends what the lost connection's commands
+    left.
+    """
 
 
 class ImageBuildError(SweSandboxError):

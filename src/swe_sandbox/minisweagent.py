@@ -44,7 +44,9 @@ import minisweagent.exceptions
 
 from swe_sandbox import errors
 from swe_sandbox.config import data_dir, load_yaml, validate
-from swe_sandbox.environments import bwrap, docker, local, podman, ssh
+from swe_sandbox.environments import bwrap, local
+from swe_sandbox.environments.container import docker, podman
+from swe_sandbox.environments.ssh import environment as ssh
 
 __all__ = ["Submitted", "LocalEnvironment", "BwrapEnvironment", "DockerEnvironment", "PodmanEnvironment",
            "SshEnvironment"]

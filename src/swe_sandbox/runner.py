@@ -450,9 +450,8 @@ class Runner(object):
         started = time.monotonic()
         cwd = req.get("cwd") or os.getcwd()
         if not os.path.isdir(cwd):
-            why = "is not a directory" if os.path.exists(cwd) else "does not exist"
-            msg = "swe-sandbox: working directory %s %s" % (cwd, why)
-            return self.result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
+            msg = bad_cwd_message(cwd, "notdir" if os.path.exists(cwd) else "missing")
+            return make_result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
         token = "%s.%d.%s" % (self.run_id, self.seq, os.urandom(8).hex())
         env = dict(os.environ)
         env.update(req.get("env") or {})
@@ -470,7 +469,7 @@ class Runner(object):
         except OSError as exc:
             os.close(read_fd)
             msg = "swe-sandbox: could not start bash: %s" % exc
-            return self.result(msg + "\n", 127, msg, started, OutputBuffer(1 << 20))
+            return make_result(msg + "\n", 127, msg, started, OutputBuffer(1 << 20))
         finally:
             os.close(write_fd)
             os.close(command_fd)
@@ -558,12 +557,11 @@ class Runner(object):
         elif not start_thread(discard, read_fd):
             os.close(read_fd)  # no thread to be had: background writers get EPIPE rather than block
         if timed_out:
-            msg = "Command timed out after %s seconds" % _num(timeout)
-            return self.result(None, -1, msg, started, buf, timed_out=True)
+            return make_result(None, -1, timeout_message(timeout), started, buf, timed_out=True)
         if self.closing:
-            return self.result(None, -1, "The sandbox was closed during the command", started, buf)
+            return make_result(None, -1, "The sandbox was closed during the command", started, buf)
         code = proc.returncode
-        return self.result(None, 128 - code if code < 0 else code, "", started, buf)
+        return make_result(None, 128 - code if code < 0 else code, "", started, buf)
 
     def read_until(self, sel, read_fd, buf, until, eof):
         """After a kill: read what is left until end of file or ``until``; return eof."""
@@ -582,24 +580,6 @@ class Runner(object):
                     break
                 buf.feed(data)
         return eof
-
-    def result(self, text, returncode, info, started, buf, timed_out=False):
-        if text is not None:
-            buf.feed(text.encode("utf-8"))
-        output, dropped = buf.text()
-        return {
-            "op": "result",
-            "output": output,
-            "returncode": returncode,
-            "exception_info": info,
-            "extra": {
-                "timed_out": timed_out,
-                "truncated": dropped > 0,
-                "output_bytes": buf.total,
-                "dropped_bytes": dropped,
-                "duration_s": round(time.monotonic() - started, 6),
-            },
-        }
 
     # -- life cycle ------------------------------------------------------------------------------
     def reap(self, keep=None):
@@ -639,7 +619,7 @@ class Runner(object):
             return self.run(req)
         except Exception as exc:  # report, stay alive for the next command
             msg = "swe-sandbox runner error: %s: %s" % (type(exc).__name__, exc)
-            return self.result(msg + "\n", -1, msg, time.monotonic(), OutputBuffer(1 << 20))
+            return make_result(msg + "\n", -1, msg, time.monotonic(), OutputBuffer(1 << 20))
 
     def end_of_life(self):
         """Lifetime guard thread: at ``max_lifetime`` (seconds, monotonic) close like an end of file.
@@ -678,6 +658,50 @@ class Runner(object):
             return
         finally:
             self.shutdown()
+
+
+def make_result(text, returncode, info, started, buf, timed_out=False):
+    """The ``result`` frame of one command (DESIGN.md section 1), built the same way by the runner and
+    by the host's exec fallback.
+
+    Args:
+        text: appended to ``buf`` first (a message of the runner's own), or None.
+        returncode: the shell's exit status (128+N on signal N), -1 when it did not finish.
+        info: ``exception_info``: "" on a normal run, else one sentence.
+        started: ``time.monotonic()`` when the command started (seconds).
+        buf: the command's ``OutputBuffer``.
+        timed_out: the command was killed by its timeout.
+    """
+    if text is not None:
+        buf.feed(text.encode("utf-8"))
+    output, dropped = buf.text()
+    return {
+        "op": "result",
+        "output": output,
+        "returncode": returncode,
+        "exception_info": info,
+        "extra": {
+            "timed_out": timed_out,
+            "truncated": dropped > 0,
+            "output_bytes": buf.total,
+            "dropped_bytes": dropped,
+            "duration_s": round(time.monotonic() - started, 6),
+        },
+    }
+
+
+def timeout_message(timeout):
+    """``exception_info`` of a command its timeout (seconds) killed."""
+    return "Command timed out after %s seconds" % _num(timeout)
+
+
+#: Why a working directory cannot be used, by the code the runner and the exec fallback report.
+BAD_CWD = {"missing": "does not exist", "notdir": "is not a directory", "noaccess": "cannot be entered"}
+
+
+def bad_cwd_message(cwd, why):
+    """The output line and ``exception_info`` for a ``cwd`` that cannot be used (``why``: a ``BAD_CWD`` key)."""
+    return "swe-sandbox: working directory %s %s" % (cwd, BAD_CWD[why])
 
 
 def _num(value):

@@ -16,8 +16,8 @@ import pytest
 
 import swe_sandbox
 from helpers.variants import require_backend
+from swe_sandbox.environments.container.environment import DEFAULT_CAP_ADD
 from swe_sandbox.testing.kit import host_processes_with, unique_marker
-from swe_sandbox.environments.container import DEFAULT_CAP_ADD
 
 ENGINES = ("docker", "podman")
 MODES = {"runner": {}, "exec": {"runner": "exec"}}

@@ -19,7 +19,7 @@ import pytest
 import swe_sandbox
 from helpers.variants import require_backend
 from swe_sandbox.testing.kit import wait_until
-from swe_sandbox.environments.engine import (
+from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_MANAGED,
     LABEL_OWNER_HOST,

@@ -81,7 +81,7 @@ def pull_children(image: str) -> list[str]:
                 argv = f.read().split(b"\0")
         except OSError:
             continue
-        if b"swe_sandbox.environments.pull_child" in argv and image.encode() in argv:
+        if b"swe_sandbox.environments.container.pull_child" in argv and image.encode() in argv:
             found.append(pid)
     return found
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from swe_sandbox import ConfigError, get_environment
-from swe_sandbox.environments import archive, hostcopy, ssh_files
+from swe_sandbox.environments import hostcopy
+from swe_sandbox.environments.container import archive
+from swe_sandbox.environments.ssh import files as ssh_files
 from swe_sandbox.errors import DownloadTooLarge, SandboxError
 
 LIMIT = 1 << 20

@@ -24,9 +24,9 @@ import swe_sandbox
 from swe_sandbox.config import DEFAULT_ENV, SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.base import Environment
-from swe_sandbox.environments.archive import extract_single, tar_directory, tar_path
-from swe_sandbox.environments.container import DEFAULT_CAP_ADD, HOST_ROOT_FRAME, LAUNCHER, NOPYTHON_FRAME, describe
-from swe_sandbox.environments.engine import (
+from swe_sandbox.environments.container.archive import extract_single, tar_directory, tar_path
+from swe_sandbox.environments.container.environment import DEFAULT_CAP_ADD, HOST_ROOT_FRAME, LAUNCHER, NOPYTHON_FRAME, describe
+from swe_sandbox.environments.container.engine import (
     LABEL_OWNER_PID,
     LABEL_OWNER_START,
     ContainerSpec,
@@ -266,7 +266,7 @@ def spec(**overrides) -> ContainerSpec:
 
 def test_docker_create_kwargs_are_hardened():
     pytest.importorskip("docker")
-    from swe_sandbox.environments.docker import DockerEngine
+    from swe_sandbox.environments.container.docker import DockerEngine
 
     kw = DockerEngine("unix:///nonexistent.sock").create_kwargs(spec())
     assert kw["network_mode"] == "none" and kw["cap_drop"] == ["ALL"] and kw["cap_add"] == DEFAULT_CAP_ADD
@@ -281,9 +281,9 @@ def test_docker_create_kwargs_are_hardened():
 
 def test_docker_read_only_gets_writable_tmp_and_a_workspace_volume():
     pytest.importorskip("docker")
-    from swe_sandbox.environments.docker import DockerEngine
+    from swe_sandbox.environments.container.docker import DockerEngine
 
-    from swe_sandbox.environments.container import READ_ONLY_TMPFS
+    from swe_sandbox.environments.container.environment import READ_ONLY_TMPFS
 
     kw = DockerEngine("unix:///nonexistent.sock").create_kwargs(spec(read_only=True, workspace_volume=True,
                                                                       user="1000:1000", tmpfs=READ_ONLY_TMPFS))
@@ -296,7 +296,7 @@ def test_podman_payload_is_hardened_and_auto_removes():
     pytest.importorskip("podman")
     from podman.domain.containers_create import CreateMixin
 
-    from swe_sandbox.environments.podman import PodmanEngine
+    from swe_sandbox.environments.container.podman import PodmanEngine
 
     engine = PodmanEngine("unix:///nonexistent.sock")
     kw = engine.create_kwargs(spec(read_only=True, workspace_volume=True))
@@ -319,7 +319,7 @@ def test_podman_user_namespace_fits_the_user_and_opts_out():
     pytest.importorskip("podman")
     from podman.domain.containers_create import CreateMixin
 
-    from swe_sandbox.environments.podman import PodmanEngine
+    from swe_sandbox.environments.container.podman import PodmanEngine
 
     engine = PodmanEngine("unix:///nonexistent.sock")
     payload = CreateMixin._render_payload({"image": "x", **engine.create_kwargs(spec(user="70000:1000"))})

@@ -13,9 +13,9 @@ import swe_sandbox
 from swe_sandbox.batch.images import apply_image_template, images_of, instance_id_docker, pull_reporter
 from swe_sandbox.batch.progress import Tally
 from swe_sandbox.batch.tasks import Task, TaskFileError
-from swe_sandbox.environments.image_ref import is_loopback, parse_image
-from swe_sandbox.environments.pull_errors import classify, from_engine_text, pull_error
-from swe_sandbox.environments.pull_progress import PullProgress
+from swe_sandbox.environments.container.image_ref import is_loopback, parse_image
+from swe_sandbox.environments.container.pull_errors import classify, from_engine_text, pull_error
+from swe_sandbox.environments.container.pull_progress import PullProgress
 from swe_sandbox.errors import ImagePullError, SandboxStartError
 
 

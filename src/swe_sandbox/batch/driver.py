@@ -21,7 +21,7 @@ from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
-from swe_sandbox.environments.pulling import stop_all as stop_pulls
+from swe_sandbox.environments.container.pulling import stop_all as stop_pulls
 from swe_sandbox.errors import BatchAborted
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -21,7 +21,7 @@ from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult, evaluate, infra_failed, write_eval_files
 from swe_sandbox.batch.tasks import TaskFileError
-from swe_sandbox.environments.pulling import stop_all as stop_pulls
+from swe_sandbox.environments.container.pulling import stop_all as stop_pulls
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from swe_sandbox.batch.tasks import TaskFileError
-from swe_sandbox.environments.image_ref import check_reference
+from swe_sandbox.environments.container.image_ref import check_reference
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
-    from swe_sandbox.environments.pull_progress import PullProgress
+    from swe_sandbox.environments.container.pull_progress import PullProgress
 
 #: Docker Hub allows no ``__`` in names; SWE-bench's images spell it so.
 DUNDER_REPLACEMENT = "_1776_"

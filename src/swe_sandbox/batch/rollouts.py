@@ -107,7 +107,7 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
     """
     from swe_sandbox.batch.images import pull_reporter
-    from swe_sandbox.environments.pulling import report_pulls
+    from swe_sandbox.environments.container.pulling import report_pulls
 
     started, wall = time.monotonic(), time.time()
     report = progress or (lambda *a, **k: None)

@@ -18,7 +18,7 @@ from swe_sandbox.errors import SetupFailed
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
     from swe_sandbox.environments.base import Environment
-    from swe_sandbox.environments.container import ContainerEnvironment
+    from swe_sandbox.environments.container.environment import ContainerEnvironment
 
 #: Backends whose ``image`` field a task's ``image`` sets.
 IMAGE_BACKENDS = ("docker", "podman")
@@ -112,8 +112,8 @@ def check_task_images(tasks: list[Task], env_config: dict[str, Any]) -> None:
     """
     from swe_sandbox.batch.tasks import TaskFileError
     from swe_sandbox.environments import environment_class
-    from swe_sandbox.environments.image_ref import built_here
-    from swe_sandbox.environments.pull_errors import pull_error
+    from swe_sandbox.environments.container.image_ref import built_here
+    from swe_sandbox.environments.container.pull_errors import pull_error
     from swe_sandbox.errors import BackendUnavailable
 
     backend = str(env_config.get("backend", ""))

@@ -71,7 +71,7 @@ class Task(BaseModel):
     @field_validator("image")
     @classmethod
     def _image_reference(cls, value: str | None) -> str | None:
-        from swe_sandbox.environments.image_ref import check_reference
+        from swe_sandbox.environments.container.image_ref import check_reference
 
         return None if value is None else check_reference(value)
 

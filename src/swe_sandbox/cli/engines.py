@@ -64,7 +64,7 @@ def gc_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as a JSON list.")] = False,
 ) -> None:
-    from swe_sandbox.environments.engine import gc
+    from swe_sandbox.environments.container.engine import gc
 
     chosen = tuple(backends or ("docker", "podman"))
     unknown = [b for b in chosen if b not in ("docker", "podman")]

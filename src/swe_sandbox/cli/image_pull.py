@@ -75,7 +75,7 @@ def pull_images(images: dict[str, list[str]], env_config: dict[str, Any], worker
     """
     from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
     from swe_sandbox.environments import get_environment
-    from swe_sandbox.environments.pulling import stop_all
+    from swe_sandbox.environments.container.pulling import stop_all
 
     report = PullReport(instances=images)
     if env_config.get("backend") not in IMAGE_BACKENDS:

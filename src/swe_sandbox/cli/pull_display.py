@@ -2,7 +2,7 @@
 
     docker  127.0.0.1:5000/swebench/sweb.eval.x86_64.django_1776_django-11099  ━━━━━━╸━━━━  3/7 layers, 412.0 MB/1.1 GB  38.2 MB/s  0:00:11
 
-``PullDisplay`` is a pull listener (``swe_sandbox.environments.pulling.report_pulls``): it shows each
+``PullDisplay`` is a pull listener (``swe_sandbox.environments.container.pulling.report_pulls``): it shows each
 pull from its first event to its end, then stops drawing once no pull is left, so the command's
 own output never mixes with it. Not on a terminal (logs, CI) it writes one line when a pull starts
 and one when it ends. Podman 4 reports no byte counts: its bar counts layers only.
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
     from swe_sandbox.environments.base import Environment
-    from swe_sandbox.environments.pull_progress import PullProgress
+    from swe_sandbox.environments.container.pull_progress import PullProgress
 
 
 class PullDisplay:
@@ -93,7 +93,7 @@ def _bar(progress: PullProgress) -> dict[str, Any]:
 @contextmanager
 def show_pulls(console: Console | None = None) -> Iterator[PullDisplay]:
     """Within this block (this thread), image pulls are shown on ``console`` (default: stderr)."""
-    from swe_sandbox.environments.pulling import report_pulls
+    from swe_sandbox.environments.container.pulling import report_pulls
 
     display = PullDisplay(console)
     with report_pulls(display):

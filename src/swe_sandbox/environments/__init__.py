@@ -21,9 +21,9 @@ if TYPE_CHECKING:
 BACKENDS: dict[str, str] = {
     "local": "swe_sandbox.environments.local:LocalEnvironment",
     "bwrap": "swe_sandbox.environments.bwrap:BwrapEnvironment",
-    "docker": "swe_sandbox.environments.docker:DockerEnvironment",
-    "podman": "swe_sandbox.environments.podman:PodmanEnvironment",
-    "ssh": "swe_sandbox.environments.ssh:SshEnvironment",
+    "docker": "swe_sandbox.environments.container.docker:DockerEnvironment",
+    "podman": "swe_sandbox.environments.container.podman:PodmanEnvironment",
+    "ssh": "swe_sandbox.environments.ssh.environment:SshEnvironment",
 }
 ENTRY_POINT_GROUP = "swe_sandbox.environments"
 

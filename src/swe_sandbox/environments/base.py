@@ -1,11 +1,18 @@
 """The host side of every backend: one ``execute`` on top of the in-sandbox runner.
 
-A backend fills in a few primitives (invoke's ``Runner`` style):
+``Environment`` owns ``start``, ``execute`` and ``close`` (a template method, invoke's ``Runner``
+style); a backend fills in primitives and hooks, and overrides none of those three:
 
 - ``_open_channel()``: start the sandbox, start ``python3 -c BOOTSTRAP`` in it, return a
-  ``Channel`` (bytes to and from that process);
+  ``Session``: a ``Channel`` (bytes to and from that process) or the exec fallback's
+  (``fallback.ExecFallbackChannel``). Its one primitive is ``request(req, timeout) -> reply``;
 - ``_stop()``: remove the sandbox (idempotent);
-- ``upload`` / ``download`` where the backend has its own way to move files.
+- hooks, all optional: ``_after_start()`` (the sandbox is up), ``_check_result(result)`` (a
+  result before the submission check), ``_lost_connection(exc)`` (the transport, not the sandbox,
+  was lost: ``ConnectionLost``), ``_drop_connection()`` (then), ``_explain_death(exc)`` (a dead
+  sandbox's error, after cleanup), ``_interrupt()`` and ``_close()`` (``close`` from another
+  thread, and under the lock);
+- ``_upload`` / ``_download`` where the backend has its own way to move files.
 
 Everything in DESIGN.md §1 happens in ``swe_sandbox.runner``; this module only frames requests,
 waits, turns a lost runner into ``SandboxDied`` and recognises the submission sentinel.
@@ -24,11 +31,19 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from swe_sandbox import runner
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
-from swe_sandbox.errors import ConfigError, ProtocolError, SandboxDied, SandboxError, SandboxStartError, Submitted
+from swe_sandbox.errors import (
+    ConfigError,
+    ConnectionLost,
+    ProtocolError,
+    SandboxDied,
+    SandboxError,
+    SandboxStartError,
+    Submitted,
+)
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
@@ -62,6 +77,20 @@ def check_timeout(timeout: float | None) -> float | None:
     if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT_S):
         raise ConfigError(f"timeout: must be a finite number of seconds in (0, {MAX_TIMEOUT_S:g}], got {timeout!r}")
     return float(timeout)
+
+
+def mount_relative(path: str, mount: str) -> str:
+    """Sandbox ``path`` (absolute) as a path relative to ``mount``; "" for ``mount`` itself.
+
+    A name that merely starts with two dots (``..foo``) is a legal name under ``mount``.
+
+    Raises:
+        ValueError: ``path`` is outside ``mount`` (the message names both).
+    """
+    rel = posixpath.relpath(posixpath.normpath(path), mount)
+    if rel == ".." or rel.startswith("../"):
+        raise ValueError(f"{path}: only paths under {mount} can be copied")
+    return "" if rel == "." else rel
 
 
 def find_submission(output: str, returncode: int) -> str | None:
@@ -114,8 +143,28 @@ def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
             raise bad(f"extra.{key}", value)
 
 
+class Session(Protocol):
+    """What ``Environment`` talks to: the runner over a ``Channel``, or the exec fallback."""
+
+    def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The session's first frame (the runner's ``ready``), read once; ``timeout`` in seconds."""
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send one ``exec`` request; its ``result`` frame (``timeout``: seconds, None: no limit)."""
+
+    def diagnose(self) -> str:
+        """What the sandbox's process left behind (for errors)."""
+
+    def interrupt(self) -> None:
+        """From another thread: end the running command now."""
+
+    def close(self, wait: float = 2.0) -> None:
+        """End the session (``wait``: seconds for its process to exit)."""
+
+
 class Channel:
-    """Bytes to and from the runner process of one sandbox, over a child process's pipes.
+    """Bytes to and from the runner process of one sandbox, over a child process's pipes: a
+    ``Session``.
 
     Backends whose runner is reached otherwise (a socket, an SSH channel) subclass it and
     override ``_write`` and ``_read_some``.
@@ -129,7 +178,7 @@ class Channel:
         self.stderr_file = stderr_file
         self._buf = bytearray()
         self._auth: runner.FrameAuth | None = None
-        self._pushed: list[dict[str, Any]] = []
+        self._first: dict[str, Any] | None = None
 
     def start_runner(self, **options: Any) -> None:
         """Hand the runner its source and a fresh key (``runner``'s hello); from now on every
@@ -142,9 +191,25 @@ class Channel:
         except OSError:
             pass
 
-    def push_back(self, frame: dict[str, Any]) -> None:
-        """Make ``frame`` (already received) the next one ``recv`` returns."""
-        self._pushed.insert(0, frame)
+    def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The runner's first frame (``ready``, or a launcher's ``unauthenticated`` one), read once:
+        later calls return the same frame. Raises as ``recv``."""
+        if self._first is None:
+            self._first = self.recv(timeout, unauthenticated)
+        return self._first
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send ``req`` and return the runner's ``result`` frame for it (same ``id``).
+
+        Raises:
+            SandboxDied: the runner is gone, or no reply within ``timeout`` seconds.
+            ProtocolError: the reply is not that result, or is not authentic.
+        """
+        self.send(req)
+        reply = self.recv(timeout)
+        if reply.get("op") != "result" or reply.get("id") != req.get("id"):
+            raise ProtocolError(f"expected the result of request {req.get('id')}, got {str(reply)[:200]}")
+        return reply
 
     def _write(self, data: bytes) -> None:
         self.proc.stdin.write(data)
@@ -181,8 +246,6 @@ class Channel:
             SandboxDied: end of file, or nothing within ``timeout`` seconds.
             ProtocolError: an oversized, undecodable, unauthenticated or non-object frame.
         """
-        if self._pushed:
-            return self._pushed.pop(0)
         deadline = None if timeout is None else time.monotonic() + timeout
         self._fill(4, deadline, timeout)
         end = 4 + self._checked(struct.unpack(">I", self._buf[:4])[0])
@@ -337,18 +400,40 @@ class Environment:
 
     def __init__(self, config: EnvironmentConfig):
         self.config = config
-        self._channel: Channel | None = None
+        self._channel: Session | None = None
         self._closed = False
         self._lock = threading.RLock()
         self._seq = 0
         self.info: dict[str, Any] = {}
 
     # -- primitives backends provide -------------------------------------------------------------
-    def _open_channel(self) -> Channel:
+    def _open_channel(self) -> Session:
+        """Start the sandbox and its runner (or the exec fallback); the session to it."""
         raise NotImplementedError
 
     def _stop(self) -> None:
         """Remove whatever the sandbox left on the host (idempotent)."""
+
+    # -- hooks (optional) --------------------------------------------------------------------------
+    def _after_start(self) -> None:
+        """The sandbox and its session are up (``self.info`` holds the ready frame); a failure here
+        should ``close()`` and raise ``SandboxStartError``."""
+
+    def _check_result(self, result: dict[str, Any]) -> None:
+        """Look at (and possibly annotate) a command's result before the submission check."""
+
+    def _lost_connection(self, exc: SandboxDied) -> ConnectionLost | None:
+        """Called when a command found the sandbox gone, before any cleanup: the error to raise
+        when only the connection to it was lost (the environment then stays open), else None."""
+        return None
+
+    def _drop_connection(self) -> None:
+        """After ``ConnectionLost``, the session closed: let go of the lost connection (the next
+        command opens a new one)."""
+
+    def _explain_death(self, exc: SandboxDied) -> SandboxDied:
+        """The error a dead sandbox raises, after the environment was closed (default: ``exc``)."""
+        return exc
 
     @classmethod
     def unavailable_reason(cls) -> str | None:
@@ -377,7 +462,7 @@ class Environment:
             return
         channel = self._open_channel()
         try:
-            ready = channel.recv(self.config.start_timeout)
+            ready = channel.ready(self.config.start_timeout)
         except SandboxError as exc:
             channel.close(wait=0.5)
             self._stop()
@@ -385,8 +470,9 @@ class Environment:
         if ready.get("op") != "ready":
             channel.close(wait=0.5)
             raise ProtocolError(f"expected the runner's ready frame, got {ready!r}")
-        self.info = ready
+        self.info = dict(ready)
         self._channel = channel
+        self._after_start()
 
     def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
         """Run one command in a fresh ``bash -c`` inside the sandbox (DESIGN.md §1).
@@ -409,17 +495,28 @@ class Environment:
         command = action if isinstance(action, str) else action.get("command")
         if not isinstance(command, str):
             raise TypeError(f"action must be {{'command': str}}, got {action!r}")
+        result = self._run(command, cwd, timeout)
+        self._check_result(result)
+        submission = find_submission(result["output"], result["returncode"])
+        if submission is not None:
+            raise Submitted(submission, result)
+        return result
+
+    def _run(self, command: str, cwd: str = "", timeout: float | None = None) -> dict[str, Any]:
+        """One command's result dict, without the hooks and the submission check (``execute``).
+
+        Raises:
+            ConnectionLost: from ``_lost_connection`` (the environment stays open).
+            SandboxDied: the sandbox is gone (the environment is closed).
+            SandboxError: the sandbox is no longer trusted (the environment is closed).
+        """
         timeout = check_timeout(self.config.timeout if timeout is None else timeout)
         with self._lock:  # one command at a time per sandbox; callers in other threads wait
             reply = self._round_trip({
                 "op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
                 "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
             })
-        result = {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
-        submission = find_submission(result["output"], result["returncode"])
-        if submission is not None:
-            raise Submitted(submission, result)
-        return result
+        return {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
 
     def _round_trip(self, request: dict[str, Any]) -> dict[str, Any]:
         """Send one request and return its reply; a lost or confused runner closes the sandbox."""
@@ -428,15 +525,23 @@ class Environment:
         request["id"] = self._seq
         timeout = request["timeout"]
         try:
-            self._channel.send(request)
-            reply = self._channel.recv(None if timeout is None else timeout + HOST_GRACE_S)
-            if reply.get("op") != "result" or reply.get("id") != self._seq:
-                raise ProtocolError(f"expected the result of request {self._seq}, got {str(reply)[:200]}")
+            reply = self._channel.request(request, None if timeout is None else timeout + HOST_GRACE_S)
             check_result(reply, request["max_output_bytes"])
+        except SandboxDied as exc:
+            lost = self._lost_connection(exc)
+            if lost is not None:
+                self._drop_session()
+                raise lost from None
+            self.close()
+            raise self._explain_death(exc) from None
         except SandboxError:
             self.close()
             raise
         return reply
+
+    def _drop_session(self) -> None:
+        """After ``ConnectionLost``: close the session and the connection, keep the environment open."""
+        self._close_session(then=self._drop_connection)
 
     def close(self) -> None:
         """End every process started in the sandbox and remove it. Idempotent.
@@ -462,12 +567,16 @@ class Environment:
 
     def _close(self) -> None:
         """``close`` under the lock: the channel, then the backend's own cleanup."""
+        self._close_session(then=self._stop)
+
+    def _close_session(self, then) -> None:
+        """Close the session (if any), then call ``then()`` whatever happened."""
         channel, self._channel = self._channel, None
         try:
             if channel is not None:
                 channel.close()
         finally:
-            self._stop()
+            then()
 
     def __enter__(self):
         return self

@@ -20,7 +20,6 @@ import fcntl
 import functools
 import json
 import os
-import posixpath
 import pwd
 import re
 import resource
@@ -36,7 +35,7 @@ from pydantic import Field, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy
-from swe_sandbox.environments.base import Channel, Environment, spawn_runner
+from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED
 
@@ -55,6 +54,8 @@ MIN_BWRAP = (0, 8, 0)
 #: ``_lock_dir()``): above systemd's and the usual subordinate-id ranges, below 2**31.
 UID_POOL_START, UID_POOL_SIZE = 2_000_000_000, 65536
 SHM_SIZE = 64 << 20  # /dev/shm, bytes (Docker's default shm-size)
+#: The sandbox's own variables, under ``Environment.sandbox_env``'s (here and in ssh's remote bwrap).
+BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
 SECCOMP_FD = 3  # where LAUNCHER hands bwrap the seccomp filter
 GiB = 1 << 30
 
@@ -325,36 +326,12 @@ class BwrapEnvironment(Environment):
                 os.chown(self._tmp_workspace, *ids)
         return Path(self._tmp_workspace)
 
-    def _python(self) -> tuple[str, list[str]]:
-        """The runner's interpreter inside, and binds it needs."""
-        if self.config.python:
-            return self.config.python, []
-        if shutil.which("python3", path=SANDBOX_PATH):
-            return "python3", []
-        prefix = os.path.realpath(sys.base_prefix)
-        return os.path.realpath(sys.executable), ["--ro-bind", prefix, prefix]
-
     def bwrap_argv(self, *, seccomp_fd: int | None = None, uid0: bool = False) -> list[str]:
-        """The full bubblewrap command line (useful to debug the policy).
-
-        Args:
-            seccomp_fd: descriptor bwrap reads the seccomp BPF from (None: no filter).
-            uid0: map the sandbox's uid and gid 0 to the (unprivileged) uid bwrap runs as.
-        """
-        cfg = self.config
-        argv = [cfg.bwrap_path, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
-                "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
-        argv += ["--uid", "0", "--gid", "0"] if uid0 else []
-        argv += ["--share-net"] if cfg.share_net else []
-        argv += _system_binds() + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
-        for path, size in (("/dev/shm", SHM_SIZE), ("/tmp", cfg.tmp_size_bytes), ("/var/tmp", cfg.tmp_size_bytes)):
-            argv += ["--size", str(size), "--tmpfs", path]
-        python, binds = self._python()  # after the tmpfs mounts, which would hide a bind under /tmp
-        for path in cfg.ro_binds:
-            argv += ["--ro-bind", path, path]
-        argv += binds + ["--bind", str(self.workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
-        argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
-        return argv + ["--chdir", cfg.mount_point, "--", python, *ISOLATED, "-c", BOOTSTRAP]
+        """The full bubblewrap command line (useful to debug the policy): ``bwrap_policy``, then
+        the runner. Args as ``bwrap_policy``'s."""
+        python = runner_python(self.config)[0]
+        return [*bwrap_policy(self.config, self.workspace, seccomp_fd=seccomp_fd, uid0=uid0),
+                python, *ISOLATED, "-c", BOOTSTRAP]
 
     def _open_channel(self) -> Channel:
         cfg = self.config
@@ -366,8 +343,7 @@ class BwrapEnvironment(Environment):
         argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
         argv[0] = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
         launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
-        base = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
-        return spawn_runner(launch, self.sandbox_env(base))
+        return spawn_runner(launch, self.sandbox_env(BASE_ENV))
 
     def _seccomp_bpf(self) -> bytes | None:
         """The seccomp filter's BPF, or None with ``seccomp: false``.
@@ -412,16 +388,8 @@ class BwrapEnvironment(Environment):
                 self._uid_lock, self._ids = None, None  # a restart takes a pool uid again
 
     def _workspace_rel(self, path: str) -> str:
-        """Sandbox ``path`` (absolute) as a path relative to the workspace mount.
-
-        Raises:
-            ValueError: ``path`` is outside the workspace mount.
-        """
-        mount = self.config.mount_point
-        rel = posixpath.relpath(posixpath.normpath(path), mount)
-        if rel == ".." or rel.startswith("../"):
-            raise ValueError(f"{path}: only paths under {mount} can be copied")
-        return "" if rel == "." else rel
+        """Sandbox ``path`` (absolute) relative to the workspace mount (``base.mount_relative``)."""
+        return mount_relative(path, self.config.mount_point)
 
     def _upload(self, src: Path, dst: str) -> None:
         """Copy host ``src`` to ``dst`` under the workspace mount; never through a link (``hostcopy``).
@@ -433,6 +401,45 @@ class BwrapEnvironment(Environment):
         """Copy ``src`` under the workspace mount to host ``dst``; never through a link (``hostcopy``)."""
         hostcopy.copy(self.workspace, self._workspace_rel(src), hostcopy.HOST_ROOT, hostcopy.host_rel(dst),
                       limit=self.config.max_download_bytes, source=src)
+
+
+def runner_python(cfg: BwrapConfig) -> tuple[str, list[str]]:
+    """The runner's interpreter inside the sandbox, and the bwrap options binding what it needs."""
+    if cfg.python:
+        return cfg.python, []
+    if shutil.which("python3", path=SANDBOX_PATH):
+        return "python3", []
+    prefix = os.path.realpath(sys.base_prefix)
+    return os.path.realpath(sys.executable), ["--ro-bind", prefix, prefix]
+
+
+def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: int | None = None,
+                 uid0: bool = False) -> list[str]:
+    """The bwrap backend's policy (module doc) as a bubblewrap command line, up to and including
+    its ``--``: what follows is the command to run inside. Used here and by ssh's remote bwrap.
+
+    Args:
+        cfg: the policy's fields (``share_net``, ``ro_binds``, ``mount_point``, sizes, ``python``).
+        workspace: the directory (of the host bwrap runs on) bound at ``mount_point``.
+        seccomp_fd: descriptor bwrap reads the seccomp BPF from (None: no filter).
+        uid0: map the sandbox's uid and gid 0 to the (unprivileged) uid bwrap runs as.
+
+    Returns:
+        list[str]: starting with ``cfg.bwrap_path``, ending with ``--chdir MOUNT_POINT --``.
+    """
+    argv = [cfg.bwrap_path, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
+    argv += ["--uid", "0", "--gid", "0"] if uid0 else []
+    argv += ["--share-net"] if cfg.share_net else []
+    argv += _system_binds() + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
+    for path, size in (("/dev/shm", SHM_SIZE), ("/tmp", cfg.tmp_size_bytes), ("/var/tmp", cfg.tmp_size_bytes)):
+        argv += ["--size", str(size), "--tmpfs", path]
+    binds = runner_python(cfg)[1]  # after the tmpfs mounts, which would hide a bind under /tmp
+    for path in cfg.ro_binds:
+        argv += ["--ro-bind", path, path]
+    argv += binds + ["--bind", str(workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
+    argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    return argv + ["--chdir", cfg.mount_point, "--"]
 
 
 def _system_binds() -> list[str]:

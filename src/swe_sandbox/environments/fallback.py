@@ -2,11 +2,11 @@
 
 Where the runner cannot start (a busybox image, a bare remote host), a backend hands
 ``ExecFallbackChannel`` a way to start one process in the sandbox (``start_exec(argv)``), and every
-command becomes one such process running ``FALLBACK_SCRIPT`` under ``sh``. The channel speaks the
-runner's protocol towards ``Environment`` (a ``ready`` frame, then one ``result`` frame per
-``exec``), so ``Environment.execute`` (sentinel, dead-sandbox handling) is the same code in both
-modes, and the result dict is built by the runner's own ``Runner.result`` and ``OutputBuffer``
-(same truncation, marker, counters and messages).
+command becomes one such process running ``FALLBACK_SCRIPT`` under ``sh``. The channel is a session
+like the runner's (``base.Session``: ``ready``, then one ``request`` per command), so
+``Environment.execute`` (sentinel, dead-sandbox handling) is the same code in both modes, and the
+result dict is built by the runner's own ``make_result`` and ``OutputBuffer`` (same truncation,
+marker, counters and messages).
 
 What the script does inside the sandbox, per command (POSIX ``sh``: dash, busybox ash, bash):
 
@@ -47,7 +47,7 @@ import time
 from typing import Any, Callable, Protocol
 
 from swe_sandbox import runner
-from swe_sandbox.environments.base import HOST_GRACE_S, Channel
+from swe_sandbox.environments.base import HOST_GRACE_S
 from swe_sandbox.errors import ProtocolError, SandboxDied
 
 STATUS_PREFIX = "swe-sandbox-status "
@@ -60,7 +60,20 @@ SPARED_TOKENS = 256
 #: ``argv[0]`` of the fallback script inside the sandbox (shows up in ``ps``).
 SCRIPT_NAME = "swe-sandbox-exec"
 
-FALLBACK_SCRIPT = r"""
+#: The one shell tree-kill sweep (the fallback's timeout, ssh's clean-up): ``kill_holders ENTRY FILE
+#: FD`` SIGKILLs every process but this shell that carries the environment entry ENTRY (a run or
+#: command token), or holds FILE (a trace file) open as its descriptor FD (``env -i`` drops the
+#: token, not the descriptor). No fork per process (pids may be exhausted).
+KILL_HOLDERS = r"""kill_holders() {
+  for f in $(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null); do
+    q_=${f#/proc/}; q_=${q_%/environ}
+    [ "$q_" = "$$" ] || kill -KILL "$q_" 2>/dev/null
+  done
+  if [ -e "$2" ]; then for p_ in /proc/[0-9]*; do [ "$p_/fd/$3" -ef "$2" ] && kill -KILL "${p_#/proc/}" 2>/dev/null; done; fi
+}
+"""
+
+FALLBACK_SCRIPT = KILL_HOLDERS + r"""
 cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-} spared=" ${10:-} "
 eval "$6"
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
@@ -71,10 +84,8 @@ d=$(mktemp -d "${TMPDIR:-/tmp}/swe-sandbox-exec.XXXXXX" 2>/dev/null) || d=$(mkte
   || { status error=mktemp; exit 125; }
 cat >"$d/cmd" || { status error=stdin; rm -rf "$d"; exit 125; }
 if [ -n "$cwd" ] && ! cd "$cwd" 2>/dev/null; then
-  if [ -d "$cwd" ]; then why="cannot be entered"; elif [ -e "$cwd" ]; then why="is not a directory"
-  else why="does not exist"; fi
-  printf 'swe-sandbox: working directory %s %s\n' "$cwd" "$why"
-  status rc=1 bad_cwd=1; rm -rf "$d"; exit 1
+  if [ -d "$cwd" ]; then why=noaccess; elif [ -e "$cwd" ]; then why=notdir; else why=missing; fi
+  status rc=1 bad_cwd=$why; rm -rf "$d"; exit 1
 fi
 if command -v bash >/dev/null 2>&1; then run="bash"; script='eval "$(< '"$d/cmd"')"'
 else run="sh"; script='eval "$(cat '"$d/cmd"')"'; fi
@@ -98,13 +109,7 @@ older_holder() {  # does a process older than this command carry the environment
 }
 sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) orphans with a cleared environment
   for round in 1 2 3; do
-    for f in $(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null); do
-      q=${f#/proc/}; q=${q%/environ}
-      [ "$q" = "$$" ] || kill -KILL "$q" 2>/dev/null
-    done
-    for p in /proc/[0-9]*; do  # fd 9 on this command's trace file: `env -i` drops the token, not fds
-      [ "$p/fd/9" -ef "$d/trace" ] && kill -KILL "${p#/proc/}" 2>/dev/null
-    done
+    kill_holders "SWE_SANDBOX_CMD=$tok" "$d/trace" 9
     [ "$orphans" = 1 ] || continue
     # an orphan adopted by PID 1 since this command started is ours, unless it carries the token of
     # an earlier command that a process older than this command still carries (runner.find_tree's rule)
@@ -209,6 +214,14 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
             " ".join(spared)]
 
 
+def run_sweep(run_id: str, trace_file: str) -> str:
+    """Shell lines killing, in three rounds, every process that carries ``run_id`` as its run token
+    or holds the run's ``trace_file`` open as fd 8 (``setsid env -i`` escapees), then removing it."""
+    entry, trace = shlex.quote(f"{runner.RUN_TOKEN_VAR}={run_id}"), shlex.quote(trace_file)
+    return (f"{KILL_HOLDERS}for round in 1 2 3; do kill_holders {entry} {trace} 8; done; "
+            f"rm -f -- {trace}; true")
+
+
 def trace_path(trace_dir: str, run_id: str) -> str:
     """The run trace file of the fallback run ``run_id`` (see ``ExecFallbackChannel``)."""
     return f"{trace_dir.rstrip('/')}/swe-sandbox-trace-{run_id}"
@@ -231,8 +244,8 @@ def parse_status(stderr: bytes) -> tuple[dict[str, str] | None, str]:
     return status, "\n".join(rest)
 
 
-class ExecFallbackChannel(Channel):
-    """The runner protocol, served by one sandbox exec per command (see the module doc).
+class ExecFallbackChannel:
+    """A ``base.Session`` served by one sandbox exec per command (see the module doc).
 
     Args:
         start_exec: starts ``argv`` in the sandbox with stdin, stdout and stderr as pipes
@@ -256,9 +269,7 @@ class ExecFallbackChannel(Channel):
     def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
                  info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
                  sweep_orphans: bool = False, shared_clock: bool = False, trace_dir: str | None = None):
-        self.proc = None
-        self.stderr_file = None
-        self._buf = bytearray()
+        self.proc: ExecHandle | None = None  # the running command's exec (``interrupt`` ends it)
         self.start_exec = start_exec
         self.env = dict(env or {})
         self.describe_death = describe_death or (lambda: "")
@@ -268,26 +279,28 @@ class ExecFallbackChannel(Channel):
         self.run_trace = "" if trace_dir is None else trace_path(trace_dir, self.run_id)
         self.seq = 0
         self.tokens: list[str] = []  # of the commands run so far (the last SPARED_TOKENS are spared)
-        self._pending: list[dict[str, Any]] = [{
-            "op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None, **(info or {}),
-        }]
+        self.info = {"op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None,
+                     **(info or {})}
         self._last_error = ""
 
-    # -- the Channel interface ------------------------------------------------------------------
-    def send(self, obj: dict[str, Any]) -> None:
-        if obj.get("op") == "exec":
-            reply = self._run(obj)
-            reply["id"] = obj.get("id")  # the runner echoes the request's id; so do we
-            self._pending.append(reply)
-        elif obj.get("op") == "close":
-            pass
-        else:
-            self._pending.append({"op": "error", "message": f"unknown op {obj.get('op')!r}"})
+    # -- the Session interface ------------------------------------------------------------------
+    def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The ``ready`` facts (no process to wait for: every command starts its own)."""
+        return self.info
 
-    def recv(self, timeout: float | None) -> dict[str, Any]:
-        if not self._pending:
-            raise ProtocolError("recv() without a request")
-        return self._pending.pop(0)
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Run the ``exec`` request ``req`` as one exec; its result, with the request's ``id``.
+
+        ``timeout`` is not used: the command's own (``req["timeout"]``) plus ``HOST_GRACE_S`` bounds
+        the wait.
+
+        Raises:
+            SandboxDied: the exec could not start, or gave no status.
+            ProtocolError: the status was tampered with.
+        """
+        reply = self._run(req)
+        reply["id"] = req.get("id")
+        return reply
 
     def diagnose(self) -> str:
         return self._last_error
@@ -298,11 +311,11 @@ class ExecFallbackChannel(Channel):
         if proc is not None:
             try:
                 proc.terminate()  # the reading thread then sees end of file
-            except Exception:  # noqa: BLE001 - best effort (an SSH transport already gone: EOFError)
+            except OSError:  # best effort (RemoteProcess.terminate already ignores a transport gone)
                 pass
 
     def close(self, wait: float = 2.0) -> None:
-        self._pending.clear()
+        """Nothing to end: no process outlives its command (the backend sweeps what commands left)."""
 
     # -- one command ----------------------------------------------------------------------------
     def _run(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -358,13 +371,12 @@ class ExecFallbackChannel(Channel):
         rc = _status_code(status)
         if rc != code:  # the exit status comes from the engine / sshd, out of the commands' reach
             raise ProtocolError(f"{FORGED_STATUS} (status rc={status['rc']}, exit status {code})")
-        if status.get("bad_cwd") == "1":  # the script's one line says why, as the runner's would
-            msg = bytes(buf.head).decode("utf-8", "replace").strip()
-            return runner.Runner.result(None, None, 1, msg, started, buf)
+        if status.get("bad_cwd") in runner.BAD_CWD:  # the same line and message as the runner's
+            msg = runner.bad_cwd_message(req.get("cwd") or "", status["bad_cwd"])
+            return runner.make_result(msg + "\n", 1, msg, started, buf)
         if status.get("timed_out") == "1":
-            msg = f"Command timed out after {runner._num(timeout)} seconds"
-            return runner.Runner.result(None, None, -1, msg, started, buf, timed_out=True)
-        return runner.Runner.result(None, None, rc, "", started, buf)
+            return runner.make_result(None, -1, runner.timeout_message(timeout), started, buf, timed_out=True)
+        return runner.make_result(None, rc, "", started, buf)
 
     @staticmethod
     def _read_output(proc: ExecHandle, buf: runner.OutputBuffer, deadline: float | None) -> bool:

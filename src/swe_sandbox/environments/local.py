@@ -7,15 +7,15 @@ forwarded except ``PASSTHROUGH_ENV`` (needed for tools to work), plus ``env`` an
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Literal
 
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments import fallback, hostcopy
@@ -84,10 +84,11 @@ class LocalEnvironment(Environment):
 
     def _stop(self) -> None:
         """End what commands left running on the host (the exec fallback, or a runner that died first)."""
-        for run_id in filter(None, (self.info.get("run_id"), self._fallback_run)):
-            kill_tree(marker=f"\0{RUN_TOKEN_VAR}={run_id}\0".encode(), budget=1.0)
-        if self._fallback_run:
-            _kill_holders(fallback.trace_path(TRACE_DIR, self._fallback_run))
+        if self.info.get("run_id"):
+            kill_tree(marker=f"\0{RUN_TOKEN_VAR}={self.info['run_id']}\0".encode(), budget=1.0)
+        if self._fallback_run:  # the fallback's own sweep: its run token, and its trace file's holders
+            sweep = fallback.run_sweep(self._fallback_run, fallback.trace_path(TRACE_DIR, self._fallback_run))
+            subprocess.run(["sh", "-c", sweep], stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
 
     def _upload(self, src: Path, dst: str) -> None:
         hostcopy.copy_paths(src, dst, follow_dst=False)  # a link at dst is replaced, as in a container
@@ -127,19 +128,3 @@ class HostExec:
             pass  # already gone
 
     terminate = kill
-
-
-def _kill_holders(path: str) -> None:
-    """SIGKILL every process holding ``path`` as its fd 8 (the exec fallback's run trace, which
-    ``setsid env -i`` escapees keep), then remove ``path``."""
-    if not os.path.exists(path):
-        return
-    for _ in range(3):  # a holder may fork while the scan runs
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.path.samefile(f"/proc/{pid}/fd/8", path):
-                    os.kill(int(pid), signal.SIGKILL)
-            except OSError:
-                continue
-    with contextlib.suppress(OSError):
-        os.unlink(path)

@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from swe_sandbox.environments.image_ref import parse_image
-from swe_sandbox.environments.pull_errors import from_engine_text, pull_error
-from swe_sandbox.environments.pull_progress import PullProgress
+from swe_sandbox.environments.container.image_ref import parse_image
+from swe_sandbox.environments.container.pull_errors import from_engine_text, pull_error
+from swe_sandbox.environments.container.pull_progress import PullProgress
 from swe_sandbox.errors import ImagePullError
 
 PullListener = Callable[[PullProgress], None]
@@ -87,12 +87,12 @@ class PullJob:
 
     def start(self) -> None:
         """Start the child (see ``pull_child``), its reader thread and the ``timeout`` timer."""
-        package_root = str(Path(__file__).resolve().parents[2])  # the child imports this same code
+        package_root = str(Path(__file__).resolve().parents[3])  # the child imports this same code
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [package_root, os.environ.get("PYTHONPATH")]))}
         req = self.request
         self.stderr = tempfile.TemporaryFile()  # a file, not a pipe: a chatty child cannot block on it
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swe_sandbox.environments.pull_child", req.backend, req.url, req.image,
+            [sys.executable, "-m", "swe_sandbox.environments.container.pull_child", req.backend, req.url, req.image,
              "1" if req.insecure else "0", str(req.timeout)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, start_new_session=True)
         self.timer = threading.Timer(req.timeout, self._expire)

@@ -1,22 +1,22 @@
 """Backend ``ssh``: commands run on a remote host over one SSH connection (paramiko).
 
-One connection per environment (``ssh_link``). The runner starts on the remote through ONE
+One connection per environment (``link``). The runner starts on the remote through ONE
 session channel (``python3 -c BOOTSTRAP``, its source written to the channel's stdin); every
-command is one round trip on it (``ssh_streams.SshChannel``). A remote without python3 gets the
+command is one round trip on it (``streams.SshChannel``). A remote without python3 gets the
 exec fallback (``runner: exec``, or ``auto``): one channel per command, the timeout enforced and
 the streams merged on the remote (``fallback.ExecFallbackChannel`` over ``RemoteProcess``).
-Files move through SFTP (``ssh_files``).
+Files move through SFTP (``files``).
 
 SSH alone is NOT a sandbox: commands run as the SSH user, with that user's files and network.
 ``remote_sandbox: bwrap`` runs them inside bubblewrap on the remote, with the bwrap backend's
-policy (``BwrapEnvironment.bwrap_argv``) and the remote workspace mounted at ``mount_point``.
+policy (``bwrap.bwrap_policy``) and the remote workspace mounted at ``mount_point``.
 
 Safety (DESIGN.md §5): an unknown host key is refused (naming its fingerprint) unless
 ``accept_new_host_keys``; the sandbox's variables (``sandbox_env``) travel inline on the remote
 command line, shell-quoted, never through the SSH ``env`` request and never the host's own; a
 timeout kills the command's whole tree on the remote (the runner or the fallback script does it).
 
-A connection that closed or froze fails the running command with ``SandboxDied`` within
+A connection that closed or froze fails the running command with ``ConnectionLost`` within
 ``keepalive_interval * keepalive_count_max`` seconds; the next command reconnects (same
 workspace) and first kills what the lost connection's commands left. A runner that died on a
 healthy connection closes the environment, as on every backend.
@@ -38,25 +38,17 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from swe_sandbox.config import EnvironmentConfig, validate
-from swe_sandbox.environments import ssh_files
-from swe_sandbox.environments.base import Channel, Environment
+from swe_sandbox.environments.ssh import files as ssh_files
+from swe_sandbox.environments.base import Environment, Session, mount_relative
+from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
-from swe_sandbox.environments.fallback import ExecFallbackChannel, trace_path
-from swe_sandbox.environments.ssh_bwrap import BWRAP_BASE_ENV, RemoteBwrap
-from swe_sandbox.environments.ssh_link import SshLink, connect
-from swe_sandbox.environments.ssh_streams import RemoteProcess, SshChannel
-from swe_sandbox.errors import ConfigError, SandboxDied, SandboxError, SandboxStartError
-from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR
+from swe_sandbox.environments.fallback import ExecFallbackChannel, run_sweep, trace_path
+from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
+from swe_sandbox.environments.ssh.link import SshLink, connect, ssh_errors
+from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
+from swe_sandbox.errors import ConfigError, ConnectionLost, SandboxDied, SandboxError, SandboxStartError
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED
 
-#: Kills what commands of one run left (they carry RUN_TOKEN_VAR=run id): at close after the exec
-#: fallback (no runner to do it) or a runner that died, and on reconnecting in fallback mode.
-SWEEP = """t=TRACE
-for round in 1 2 3; do
-  for f in $(grep -l -a -z -x -F TOKEN /proc/[0-9]*/environ 2>/dev/null); do
-    q=${f#/proc/}; kill -KILL "${q%/environ}"
-  done
-  if [ -e "$t" ]; then for p in /proc/[0-9]*; do [ "$p/fd/8" -ef "$t" ] && kill -KILL "${p#/proc/}"; done; fi
-done 2>/dev/null; rm -f -- "$t"; true"""
 #: Where the exec fallback keeps each run's trace file (``fallback.trace_path``).
 TRACE_DIR = "/tmp"
 #: Without SSH_CLIENT, bash does not think sshd started it: commands read no ~/.bashrc.
@@ -102,10 +94,10 @@ class SshConfig(EnvironmentConfig):
 
 
 def sweep(run_id: str) -> str:
-    """Remote shell lines killing every process that carries ``run_id`` as its run token, or holds
-    its exec-fallback trace file open (``setsid env -i`` escapees)."""
-    trace = shlex.quote(trace_path(TRACE_DIR, run_id))
-    return SWEEP.replace("TOKEN", shlex.quote(f"{RUN_TOKEN_VAR}={run_id}")).replace("TRACE", trace)
+    """Remote shell lines killing what commands of the run ``run_id`` left (``fallback.run_sweep``):
+    at close after the exec fallback (no runner to do it) or a runner that died, and on
+    reconnecting in fallback mode."""
+    return run_sweep(run_id, trace_path(TRACE_DIR, run_id))
 
 
 class SshEnvironment(Environment):
@@ -161,7 +153,6 @@ class SshEnvironment(Environment):
         self.mode = "runner"
         self._link: SshLink | None = None
         self._sftp = None
-        self._executing = self._lost = False
         self._fallback_runs: list[str] = []  # their background jobs are killed at close
         self._runner: SshChannel | None = None
 
@@ -223,15 +214,14 @@ class SshEnvironment(Environment):
         """
         pairs = [f"{k}={v}" for k, v in env.items()]
         if self._policy:
-            policy = self._policy.bwrap_argv()
-            words = ["env", "-i", *pairs, *policy[: policy.index("--") + 1], *argv]
+            words = ["env", "-i", *pairs, *self._policy.policy_argv(), *argv]
         else:
             words = ["env", *NO_SSH_VARS, *pairs, *argv]
         if replace:
             return f"exec {shlex.join(words)}"
         return f"exec 3>&2 2>/dev/null; {shlex.join(words)} 2>&3 3>&-; exit $?"
 
-    def _open_channel(self) -> Channel:
+    def _open_channel(self) -> Session:
         link = self._ensure_link()
         base = dict(BWRAP_BASE_ENV) if self._policy else {}
         if self.mode == "exec":
@@ -242,7 +232,7 @@ class SshEnvironment(Environment):
             return channel
         try:
             chan = link.start(self._command([self.config.python, *ISOLATED, "-c", BOOTSTRAP], self.sandbox_env(base)))
-        except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
+        except ssh_errors() as exc:
             raise SandboxStartError(f"cannot open an SSH channel on {link.where}: {exc}") from None
         channel = self._runner = SshChannel(chan, link)
         channel.start_runner()
@@ -255,35 +245,27 @@ class SshEnvironment(Environment):
             if link is None or link.dead():
                 raise OSError(link.failed if link else "not connected")
             chan = link.start(self._command(argv, dict(BWRAP_BASE_ENV) if self._policy else {}, replace=False))
-        except Exception as exc:  # paramiko.SSHException, EOFError, socket errors
+        except ssh_errors() as exc:
             raise OSError(f"cannot open an SSH channel: {exc}") from None
         return RemoteProcess(chan, link)
 
     # -- life cycle ------------------------------------------------------------------------------
-    def start(self) -> None:
-        """Connect, prepare the remote and start the runner (or the fallback) now."""
-        super().start()
+    def _after_start(self) -> None:
         self.info.setdefault("mode", self.mode)
 
-    def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
-        self._executing, self._lost = True, False
-        try:
-            return super().execute(action, cwd, timeout=timeout)
-        except SandboxDied as exc:
-            if not self._lost:
-                raise
-            self._closed = False  # the connection was lost, not the sandbox: the next command reconnects
-            raise SandboxDied(f"{exc} (connection to {self.config.host}:{self.config.port} lost; "
-                              "the next command reconnects)") from None
-        finally:
-            self._executing = False
+    def _lost_connection(self, exc: SandboxDied) -> ConnectionLost | None:
+        """The connection was lost, not the sandbox: the next command reconnects (same workspace)."""
+        if self._link is None or not self._link.dead():
+            return None
+        return ConnectionLost(f"{exc} (connection to {self.config.host}:{self.config.port} lost; "
+                              "the next command reconnects)")
+
+    def _drop_connection(self) -> None:
+        """Close the lost connection, keeping the workspace for the next one."""
+        self._drop_link()
 
     def _stop(self) -> None:
         link, self._link, self._sftp = self._link, None, None
-        self._lost = self._executing and link is not None and bool(link.dead())
-        if self._lost:
-            link.close()  # keep the workspace for the next connection
-            return
         try:
             self._clean_up(link)
         finally:
@@ -324,10 +306,7 @@ class SshEnvironment(Environment):
         """
         if not self._policy:
             return posixpath.join(self.config.cwd, path)
-        mount = self._policy.config.mount_point
-        rel = posixpath.relpath(posixpath.normpath(posixpath.join(self.config.cwd, path)), mount)
-        if rel.startswith(".."):
-            raise ValueError(f"{path}: only paths under {mount} can be copied")
+        rel = mount_relative(posixpath.join(self.config.cwd, path), self._policy.config.mount_point)
         return posixpath.normpath(posixpath.join(self.workspace, rel))
 
     def _upload(self, src: Path, dst: str) -> None:

@@ -1,9 +1,9 @@
 """``remote_sandbox: bwrap`` of the ``ssh`` backend: the bwrap backend's policy on the remote host.
 
 The remote runner (or fallback wrapper) is started as ``env -i VARS bwrap POLICY -- ...`` with the
-argv ``BwrapEnvironment.bwrap_argv`` builds, the remote workspace bound at ``mount_point``. That
-argv is built from THIS host's file system (which system directories exist, which are links), so
-the remote's layout is checked to be the same before anything runs there.
+argv ``bwrap.bwrap_policy`` builds, the remote workspace bound at ``mount_point``. That argv is
+built from THIS host's file system (which system directories exist, which are links), so the
+remote's layout is checked to be the same before anything runs there.
 """
 
 from __future__ import annotations
@@ -12,29 +12,27 @@ import os
 import shlex
 from pathlib import PurePosixPath
 
-from swe_sandbox.config import SANDBOX_PATH
-from swe_sandbox.environments.base import Environment
-from swe_sandbox.environments.bwrap import MASKED_FILES, SYSTEM_DIRS, BwrapConfig, BwrapEnvironment
+from swe_sandbox.environments.bwrap import MASKED_FILES, SYSTEM_DIRS, BwrapConfig, bwrap_policy
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
 
-#: The bwrap backend's base environment (BwrapEnvironment._open_channel).
-BWRAP_BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
 LAYOUT_PATHS = (*SYSTEM_DIRS, *MASKED_FILES)
 
 
-class RemoteBwrap(BwrapEnvironment):
-    """The bwrap backend's policy for a workspace on the remote host (only ``bwrap_argv`` is used)."""
+class RemoteBwrap:
+    """The bwrap backend's policy for a workspace on the remote host.
+
+    Args:
+        config: the bwrap fields (``SshConfig.bwrap``, validated).
+        workspace: the remote directory bound at ``config.mount_point``.
+    """
 
     def __init__(self, config: BwrapConfig, workspace: str):
-        Environment.__init__(self, config)
+        self.config = config
         self.remote_workspace = workspace
 
-    @property
-    def workspace(self) -> PurePosixPath:
-        return PurePosixPath(self.remote_workspace)
-
-    def _stop(self) -> None:
-        pass
+    def policy_argv(self) -> list[str]:
+        """``bwrap POLICY --`` for the remote (``bwrap.bwrap_policy``): the command follows."""
+        return bwrap_policy(self.config, PurePosixPath(self.remote_workspace))
 
     def probe(self) -> list[str]:
         """Remote shell lines printing ``bwrap=1`` when bubblewrap works, and the system layout."""
@@ -45,7 +43,7 @@ class RemoteBwrap(BwrapEnvironment):
                 "elif [ -d $p ]; then echo \"$p D\"; elif [ -e $p ]; then echo \"$p F\"; fi; done"]
 
     def check(self, host: str, facts: set[str]) -> None:
-        """Refuse a remote whose bwrap fails, or whose layout differs from this host's (``bwrap_argv``
+        """Refuse a remote whose bwrap fails, or whose layout differs from this host's (``bwrap_policy``
         reads this host's file system).
 
         Raises:

@@ -10,6 +10,7 @@ swe-sandbox's errors (``ContainerEnvironment``) or report them (``gc``).
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import socket
@@ -126,6 +127,17 @@ class Engine:
         """``[{"id", "labels", "status"}]`` of every container carrying ``LABEL_MANAGED``."""
         raise NotImplementedError
 
+    def sdk_errors(self) -> tuple[type[BaseException], ...]:
+        """Every exception this engine's SDK raises: its own classes, and ``OSError`` (socket
+        errors, and requests' errors, which derive from it). The one place an SDK's errors are
+        named: callers catch ``errors``. Imports the SDK."""
+        raise NotImplementedError
+
+    @functools.cached_property
+    def errors(self) -> tuple[type[BaseException], ...]:
+        """``sdk_errors()``, imported on first use (only when an exception is being handled)."""
+        return self.sdk_errors()
+
     def is_not_found(self, exc: BaseException) -> bool:
         raise NotImplementedError
 
@@ -161,7 +173,7 @@ class Engine:
             return f"the {self.cli} command-line client is not installed (scripts/setup-engines.sh installs it)"
         try:
             self.ping()
-        except Exception as exc:  # noqa: BLE001 - any SDK or socket error means "not reachable"
+        except self.errors as exc:  # any SDK or socket error means "not reachable"
             return f"the {self.name} engine at {self.url} does not answer ({error_line(exc)}); start it with scripts/setup-engines.sh"
         return None
 
@@ -228,7 +240,7 @@ def gc(backends: Iterable[str] = ("docker", "podman"), *, dry_run: bool = False,
             continue
         try:
             managed = engine.list_managed()
-        except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+        except engine.errors as exc:
             report.append({"backend": backend, "id": "", "run_id": "", "owner_pid": "",
                            "action": f"error: cannot list containers: {error_line(exc)}"})
             continue
@@ -250,6 +262,6 @@ def _gc_one(engine: Engine, backend: str, item: dict[str, Any], dry_run: bool, a
         try:
             engine.remove(item["id"])
             entry["action"] = "removed"
-        except Exception as exc:  # noqa: BLE001
+        except engine.errors as exc:
             entry["action"] = f"error: {error_line(exc)}"
     return entry

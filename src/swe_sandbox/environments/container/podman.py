@@ -1,6 +1,6 @@
 """Backend ``podman``: one container per environment through podman-py and the Podman API socket
 (``podman system service``), the runner its main process, attached through one
-``podman --url SOCKET start -ai`` (see ``swe_sandbox.environments.container`` for everything both
+``podman --url SOCKET start -ai`` (see ``swe_sandbox.environments.container.environment`` for everything both
 engines share).
 
 Only what is Podman's own lives here: client construction, how the neutral ``ContainerSpec`` maps
@@ -27,9 +27,9 @@ import json
 import os
 from typing import Any, Iterable, Iterator
 
-from swe_sandbox.environments.container import ContainerConfig, ContainerEnvironment
-from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
-from swe_sandbox.environments.image_ref import parse_image
+from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
+from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.container.image_ref import parse_image
 
 CPU_PERIOD = 100_000
 #: ids in each container's user namespace (0-65535: every uid and gid an image normally uses,
@@ -72,6 +72,12 @@ class PodmanEngine(Engine):
         with podman.PodmanClient(base_url=self.url, timeout=5) as client:
             if not client.ping():
                 raise ConnectionError("ping failed")
+
+    def sdk_errors(self) -> tuple[type[BaseException], ...]:
+        import podman.errors
+
+        # APIError and NotFound derive from requests' HTTPError, an OSError
+        return (podman.errors.DockerException, podman.errors.HTTPException, podman.errors.StreamParseError, OSError)
 
     def is_not_found(self, exc: BaseException) -> bool:
         import podman.errors

@@ -39,6 +39,15 @@ EXIT_DRAIN_S = 2.0
 NOISE_KEPT = 2000
 
 
+def ssh_errors() -> tuple[type[BaseException], ...]:
+    """Every exception paramiko raises on a channel or connection: its ``SSHException``,
+    ``EOFError`` (a transport already gone) and socket errors (``OSError``). The one place
+    paramiko's errors are named. Imports paramiko."""
+    import paramiko
+
+    return (paramiko.SSHException, EOFError, OSError)
+
+
 def fingerprint(key: Any) -> str:
     """``SHA256:...``, as ``ssh-keygen -l`` prints it, of a paramiko public key."""
     return "SHA256:" + base64.b64encode(hashlib.sha256(key.asbytes()).digest()).decode().rstrip("=")
@@ -72,7 +81,7 @@ def connect(cfg: Any, timeout: float) -> SshLink:
     except paramiko.BadHostKeyException as exc:
         client.close()
         raise SandboxStartError(f"host key of {where} CHANGED (not the one in {known}): {exc}") from None
-    except (paramiko.SSHException, OSError, EOFError) as exc:
+    except ssh_errors() as exc:
         client.close()
         raise SandboxStartError(f"cannot connect to {where}: {type(exc).__name__}: {exc}") from None
     except BaseException:

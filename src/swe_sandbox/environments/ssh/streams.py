@@ -16,7 +16,7 @@ import threading
 import time
 
 from swe_sandbox.environments.base import Channel
-from swe_sandbox.environments.ssh_link import EXIT_DRAIN_S, NOISE_KEPT, Preamble, SshLink
+from swe_sandbox.environments.ssh.link import EXIT_DRAIN_S, NOISE_KEPT, Preamble, SshLink, ssh_errors
 
 
 class SshChannel(Channel):
@@ -69,7 +69,7 @@ class SshChannel(Channel):
     def interrupt(self) -> None:
         try:
             self.chan.shutdown_write()  # the runner ends the running command, then exits
-        except Exception:  # noqa: BLE001 - close() follows anyway
+        except ssh_errors():  # close() follows anyway
             pass
 
     def close(self, wait: float = 2.0) -> None:
@@ -78,7 +78,7 @@ class SshChannel(Channel):
             if not self.link.dead():
                 self.chan.shutdown_write()
                 self.clean = self.chan.status_event.wait(wait) and self.chan.exit_status == 0
-        except Exception:  # noqa: BLE001 - closing anyway
+        except ssh_errors():  # closing anyway
             pass
         self.chan.close()
 
@@ -136,7 +136,7 @@ class RemoteProcess:
         """Close the channel; the pump then ends and ``stdout`` reaches end of file (for a reader)."""
         try:
             self.chan.close()
-        except Exception:  # noqa: BLE001 - the transport is already gone (EOFError): so is the channel
+        except ssh_errors():  # the transport is already gone (EOFError): so is the channel
             pass
 
     def kill(self) -> None:

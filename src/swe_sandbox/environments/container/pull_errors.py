@@ -14,7 +14,7 @@ Podman (containers/image) use, checked on this host against Debian's ``docker-re
 
 from __future__ import annotations
 
-from swe_sandbox.environments.image_ref import built_here, is_loopback, parse_image
+from swe_sandbox.environments.container.image_ref import built_here, is_loopback, parse_image
 from swe_sandbox.errors import ImagePullError
 
 #: reason -> phrases (lower case) of the engines' messages that mean it; the first reason that

@@ -1,6 +1,6 @@
 """The process that runs one image pull through the engine's SDK (started by ``pulling.PullJob``).
 
-    python -m swe_sandbox.environments.pull_child BACKEND URL IMAGE INSECURE TIMEOUT
+    python -m swe_sandbox.environments.container.pull_child BACKEND URL IMAGE INSECURE TIMEOUT
 
 It writes each event of the engine's pull stream as one JSON line on stdout, and an ``{"error":
 ...}`` line when the SDK call itself fails (an HTTP error before the stream starts). It ends when
@@ -41,13 +41,13 @@ def main(argv: list[str]) -> int:
     backend, url, image, insecure, timeout = argv
     threading.Thread(target=_exit_when_parent_is_gone, daemon=True).start()
     from swe_sandbox.environments import environment_class
-    from swe_sandbox.environments.engine import error_line
+    from swe_sandbox.environments.container.engine import error_line
 
     engine = environment_class(backend).engine_class(url, float(timeout))
     try:
         for event in engine.pull_events(image, insecure=insecure == "1"):
             _write(event)
-    except Exception as exc:  # noqa: BLE001 - any SDK error is reported to the parent as text
+    except (*engine.errors, ValueError) as exc:  # the SDK's, or an undecodable event: told the parent as text
         # the engine's own words when the SDK has them (APIError.explanation, both SDKs)
         _write({"error": str(getattr(exc, "explanation", "") or "") or error_line(exc)})
         return 1

@@ -1,5 +1,5 @@
 """Backend ``docker``: one container per environment through the docker SDK, the runner its main
-process, attached through one ``docker start -ai`` (see ``swe_sandbox.environments.container`` for
+process, attached through one ``docker start -ai`` (see ``swe_sandbox.environments.container.environment`` for
 everything both engines share).
 
 Only what is Docker's own lives here: client construction (``api_timeout`` instead of the SDK's
@@ -20,9 +20,9 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Iterator
 
-from swe_sandbox.environments.container import ContainerConfig, ContainerEnvironment
-from swe_sandbox.environments.engine import LABEL_MANAGED, ContainerSpec, Engine
-from swe_sandbox.environments.image_ref import parse_image
+from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
+from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.container.image_ref import parse_image
 
 
 class DockerConfig(ContainerConfig):
@@ -66,6 +66,11 @@ class DockerEngine(Engine):
             client.ping()
         finally:
             client.close()
+
+    def sdk_errors(self) -> tuple[type[BaseException], ...]:
+        import docker.errors
+
+        return (docker.errors.DockerException, OSError)
 
     def is_not_found(self, exc: BaseException) -> bool:
         import docker.errors

@@ -53,6 +53,7 @@ import re
 import shlex
 import socket
 import struct
+import tarfile
 import time
 import uuid
 import weakref
@@ -62,9 +63,9 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
+from swe_sandbox.environments.container.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
-from swe_sandbox.environments.engine import (
+from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_MANAGED,
@@ -78,9 +79,9 @@ from swe_sandbox.environments.engine import (
     process_start_id,
 )
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
-from swe_sandbox.environments.image_ref import built_here, check_reference, is_loopback, parse_image
-from swe_sandbox.environments.pull_errors import pull_error
-from swe_sandbox.environments.pulling import PullRequest, pull
+from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
+from swe_sandbox.environments.container.pull_errors import pull_error
+from swe_sandbox.environments.container.pulling import PullRequest, pull
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -394,7 +395,7 @@ class ContainerEnvironment(Environment):
 
     # -- lifecycle ------------------------------------------------------------------------------
     def pull_request(self) -> PullRequest:
-        """How this sandbox's image is pulled (``swe_sandbox.environments.pulling``)."""
+        """How this sandbox's image is pulled (``swe_sandbox.environments.container.pulling``)."""
         cfg = self.config
         registry = parse_image(cfg.image).registry
         return PullRequest(backend=self.engine_class.name, url=cfg.url, image=cfg.image,
@@ -441,7 +442,7 @@ class ContainerEnvironment(Environment):
         """``engine.create``, its failure translated (``_ImageMissing`` when the image is absent)."""
         try:
             return self.engine.create(spec)
-        except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+        except self.engine.errors as exc:
             reason = self.engine.unavailable_reason()  # checked only now: a ping costs ~10 ms
             if reason:
                 raise BackendUnavailable(reason) from None
@@ -460,7 +461,7 @@ class ContainerEnvironment(Environment):
     def _has_image(self, image: str) -> bool:
         try:
             return self.engine.has_image(image)
-        except Exception:  # noqa: BLE001
+        except self.engine.errors:
             return True  # unknown: report the create error as it is
 
     def _open_channel(self) -> Channel:
@@ -469,8 +470,8 @@ class ContainerEnvironment(Environment):
         cli_env = self.engine.cli_env()
         channel = spawn_runner(self.engine.attach_argv(cid), cli_env, max_lifetime=self.config.max_lifetime)
         try:
-            first = channel.recv(self.config.start_timeout,
-                                 unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
+            first = channel.ready(self.config.start_timeout,
+                                  unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
         except SandboxDied:
             why = channel.diagnose() or self.describe_state()
             channel.close(wait=0.5)
@@ -480,8 +481,7 @@ class ContainerEnvironment(Environment):
             channel.close(wait=0.5)
             self._stop()
             raise BackendUnavailable(self._host_root_reason("the host's uid 0 is mapped into the container"))
-        if first.get("op") != NOPYTHON_FRAME["op"]:
-            channel.push_back(first)
+        if first.get("op") != NOPYTHON_FRAME["op"]:  # the runner's ready: Environment.start reads it again
             self.mode = "runner"
             return channel
         if self.config.runner == "python":
@@ -495,11 +495,8 @@ class ContainerEnvironment(Environment):
                                    info={"cwd": self.config.mount_point}, describe_death=self.describe_state,
                                    sweep_orphans=True, shared_clock=self.engine.url.startswith("unix://"))
 
-    def start(self) -> None:
-        """Create the container, attach the runner (or the fallback), copy the workspace in."""
-        if self._channel is not None or self._closed:
-            return super().start()
-        super().start()
+    def _after_start(self) -> None:
+        """Record the container's facts, copy the workspace in."""
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
         self.info["userns"] = self.config.userns
@@ -509,26 +506,25 @@ class ContainerEnvironment(Environment):
             if self.config.workspace is not None:
                 self.engine.put_archive(self.container_id, self.config.mount_point,
                                         tar_directory(Path(self.config.workspace), self._owner()))
-        except Exception as exc:  # noqa: BLE001
+        except (*self.engine.errors, tarfile.TarError) as exc:
             self.close()
             raise SandboxStartError(f"{self.engine.name}: cannot set up the workspace: {error_line(exc)}") from None
 
-    def execute(self, action, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
-        try:
-            result = super().execute(action, cwd, timeout=timeout)
-        except SandboxDied as exc:
-            state = describe(self._final_state)
-            if self._started_at and time.monotonic() - self._started_at >= self.config.max_lifetime:
-                state += f"; it reached its max_lifetime of {_num(self.config.max_lifetime)} s"
-            raise SandboxDied(f"{exc}{' (' + state + ')' if state not in str(exc) else ''}") from None
+    def _explain_death(self, exc: SandboxDied) -> SandboxDied:
+        """Add what became of the container (and whether it reached ``max_lifetime``)."""
+        state = describe(self._final_state)
+        if self._started_at and time.monotonic() - self._started_at >= self.config.max_lifetime:
+            state += f"; it reached its max_lifetime of {_num(self.config.max_lifetime)} s"
+        return SandboxDied(f"{exc}{' (' + state + ')' if state not in str(exc) else ''}")
+
+    def _check_result(self, result: dict[str, Any]) -> None:
         if result["returncode"] == 137 and not result["extra"].get("timed_out") and self.config.memory:
             self._mark_oom(result)
-        return result
 
     def _mark_oom(self, result: dict[str, Any]) -> None:
         """A SIGKILLed command: say so clearly when the memory cgroup's OOM killer did it."""
         try:
-            probe = super().execute({"command": OOM_PROBE}, "/", timeout=10)
+            probe = self._run(OOM_PROBE, "/", timeout=10)
         except SandboxError:
             return
         kills = 0
@@ -562,7 +558,7 @@ class ContainerEnvironment(Environment):
             return
         try:
             self._final_state = self.engine.inspect(cid)
-        except Exception:  # noqa: BLE001
+        except self.engine.errors:
             self._final_state = None
         if self._finalizer is not None:
             self._finalizer.detach()
@@ -575,7 +571,7 @@ class ContainerEnvironment(Environment):
             return describe(self._final_state)
         try:
             return describe(self.engine.inspect(self.container_id))
-        except Exception as exc:  # noqa: BLE001
+        except self.engine.errors as exc:
             return f"its state is unknown: {error_line(exc)}"
 
     # -- files ----------------------------------------------------------------------------------
@@ -586,7 +582,7 @@ class ContainerEnvironment(Environment):
         mount = PurePosixPath(self.config.mount_point)
         try:
             self.engine.put_archive(self.container_id, str(mount.parent), tar_empty_dir(mount.name, self._owner()))
-        except Exception:  # noqa: BLE001 - a read-only root
+        except self.engine.errors:  # a read-only root
             self.engine.put_archive(self.container_id, str(mount), tar_empty_dir(".", self._owner()))
 
     def _owner(self) -> tuple[int, int]:
@@ -621,7 +617,7 @@ class ContainerEnvironment(Environment):
         try:
             try:
                 self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
-            except Exception as exc:  # noqa: BLE001 - SDK errors differ per engine
+            except self.engine.errors as exc:
                 if not self.engine.is_not_found(exc):
                     raise
                 # The parent is missing: made by the container's user (the engine would make it
@@ -630,7 +626,7 @@ class ContainerEnvironment(Environment):
                     self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
                 else:
                     self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
-        except Exception as exc:  # noqa: BLE001
+        except (*self.engine.errors, tarfile.TarError, SandboxError) as exc:
             raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
     def _download(self, src: str, dst: Path) -> None:
@@ -643,7 +639,7 @@ class ContainerEnvironment(Environment):
             return
         try:
             chunks = self.engine.get_archive(self.container_id, src)
-        except Exception as exc:  # noqa: BLE001
+        except self.engine.errors as exc:
             if not self.engine.is_not_found(exc):
                 raise SandboxError(f"download of {src}: {error_line(exc)}") from None
             state = self.describe_state()
@@ -665,7 +661,7 @@ def _num(value: float) -> str:
 def _remove_quietly(engine: Engine, cid: str) -> None:
     try:
         engine.remove(cid)
-    except Exception:  # noqa: BLE001 - best effort at interpreter exit
+    except engine.errors:  # best effort at interpreter exit
         pass
 
 
