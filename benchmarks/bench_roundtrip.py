@@ -39,9 +39,10 @@ import os
 import platform
 import shutil
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 from benchlib import Call, ExecContainer, bare_run_argv, median_ms, p90_ms, round_robin, run_checked
+
 from swe_sandbox import get_environment
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV

@@ -148,7 +148,7 @@ def read_frame(stream, auth=None):
     try:
         return json.loads(data.decode("utf-8"))
     except ValueError:
-        raise BadFrame("a frame is not JSON")
+        raise BadFrame("a frame is not JSON") from None
 
 
 class OutputBuffer(object):

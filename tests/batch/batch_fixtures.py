@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from helpers.variants import require_backend
 
 FIX = "sed -i 's/a - b/a + b/' calc.py"

@@ -9,10 +9,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
-from batch_fixtures import MARKER, batch_argv, wait_for, bwrap_ok, calc_repo, calc_task, run, write_tasks  # noqa: F401
+from batch_fixtures import MARKER, batch_argv, bwrap_ok, calc_repo, calc_task, run, wait_for, write_tasks  # noqa: F401
 
 from swe_sandbox.batch.records import ResultsLog
 

@@ -9,10 +9,11 @@ import subprocess
 
 import pytest
 from batch_fixtures import FIX, SUBMIT, batch_argv, calc_repo, calc_task, run, run_config, write_tasks  # noqa: F401
-from helpers.variants import require_backend
 
 from swe_sandbox.batch import load_tasks, run_batch
 from swe_sandbox.batch.records import ResultsLog
+
+from helpers.variants import require_backend
 
 pytestmark = pytest.mark.docker
 

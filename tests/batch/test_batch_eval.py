@@ -11,10 +11,11 @@ import sys
 
 import pytest
 from batch_fixtures import bwrap_ok, calc_repo, calc_task, fix_patch, wait_for, write_tasks  # noqa: F401 - fixtures
-from helpers.interrupts import interrupt_when
 
 from swe_sandbox.batch import load_predictions, load_tasks, run_eval
 from swe_sandbox.batch.records import ResultsLog
+
+from helpers.interrupts import interrupt_when
 
 pytestmark = pytest.mark.bwrap
 WRONG = "def add(a, b):\n    return a * b\n"

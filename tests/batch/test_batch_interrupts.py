@@ -13,11 +13,20 @@ import sys
 import time
 
 import pytest
-from batch_fixtures import (MARKER, batch_argv, calc_repo, calc_task, fix_patch, run, wait_for,  # noqa: F401
-                            write_tasks)  # noqa: F401
-from helpers.variants import require_backend
+from batch_fixtures import (  # noqa: F401
+    MARKER,
+    batch_argv,
+    calc_repo,
+    calc_task,
+    fix_patch,
+    run,
+    wait_for,
+    write_tasks,  # noqa: F401
+)
 
 from swe_sandbox.batch.records import ResultsLog
+
+from helpers.variants import require_backend
 
 pytestmark = pytest.mark.docker
 N = 4

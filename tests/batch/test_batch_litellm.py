@@ -11,13 +11,14 @@ import threading
 
 import pytest
 from batch_fixtures import calc_repo, calc_task, run, write_tasks  # noqa: F401 - fixture
-from helpers.variants import require_backend
-from helpers.interrupts import interrupt_when
-from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
+from suite_fixtures import SCRIPTED_FAILURE, SUBSET, fix_any, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch.driver import CANCEL_GRACE_S
 from swe_sandbox.batch.records import ResultsLog
-from suite_fixtures import SCRIPTED_FAILURE, SUBSET, fix_any, suite  # noqa: F401 - fixture
+
+from helpers.interrupts import interrupt_when
+from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
+from helpers.variants import require_backend
 
 pytest.importorskip("litellm")
 API_KEY = "sk-test-batch-0123456789abcdef"

@@ -24,8 +24,19 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from batch_fixtures import (FIX, MARKER, SUBMIT, bwrap_ok, calc_repo, calc_task, docker_ok, fix_patch,  # noqa: F401
-                            run_config, wait_for, write_tasks)
+from batch_fixtures import (  # noqa: F401
+    FIX,
+    MARKER,
+    SUBMIT,
+    bwrap_ok,
+    calc_repo,
+    calc_task,
+    docker_ok,
+    fix_patch,
+    run_config,
+    wait_for,
+    write_tasks,
+)
 from ray_fixtures import LocalCluster, ray_cluster, require_ray  # noqa: F401 - fixture
 from suite_fixtures import replay_args, suite  # noqa: F401 - fixture
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from batch_fixtures import calc_repo, calc_task, write_tasks  # noqa: F401 - fixture

@@ -10,10 +10,11 @@ import time
 
 import pytest
 from batch_fixtures import run
-from helpers.variants import require_backend
 from suite_fixtures import SCRIPTED_FAILURE, replay_args, rows, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch import load_tasks
+
+from helpers.variants import require_backend
 
 
 def git(repo, *args: str) -> str:

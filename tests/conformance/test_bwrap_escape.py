@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 import swe_sandbox
-from helpers.variants import require_backend
 from swe_sandbox.testing.kit import (
     host_processes_with,
     run,
@@ -30,6 +29,8 @@ from swe_sandbox.testing.kit import (
     wait_host_gone,
     wait_until,
 )
+
+from helpers.variants import require_backend
 
 pytestmark = pytest.mark.bwrap
 
@@ -169,7 +170,7 @@ class HostServer:
         while not self.stop.is_set():
             try:
                 conn, addr = self.sock.accept()
-            except (socket.timeout, OSError):
+            except (TimeoutError, OSError):
                 continue
             self.accepted.append(addr)
             try:

@@ -8,8 +8,9 @@ import os
 import pytest
 
 import swe_sandbox
-from helpers.variants import BACKENDS, make_variant, variant
 from swe_sandbox.testing.kit import run
+
+from helpers.variants import BACKENDS, make_variant, variant
 
 
 @pytest.mark.local

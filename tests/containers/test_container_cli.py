@@ -14,9 +14,10 @@ import time
 import pytest
 
 import swe_sandbox
-from helpers.variants import require_backend
 from swe_sandbox.environments.container.engine import LABEL_OWNER_PID
 from swe_sandbox.testing.kit import host_processes_with, unique_marker
+
+from helpers.variants import require_backend
 
 ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]
 CLI = [sys.executable, "-m", "swe_sandbox"]

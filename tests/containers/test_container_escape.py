@@ -15,9 +15,10 @@ import time
 import pytest
 
 import swe_sandbox
-from helpers.variants import require_backend
 from swe_sandbox.environments.container.environment import DEFAULT_CAP_ADD
 from swe_sandbox.testing.kit import host_processes_with, unique_marker
+
+from helpers.variants import require_backend
 
 ENGINES = ("docker", "podman")
 MODES = {"runner": {}, "exec": {"runner": "exec"}}

@@ -17,8 +17,6 @@ import time
 import pytest
 
 import swe_sandbox
-from helpers.variants import require_backend
-from swe_sandbox.testing.kit import wait_until
 from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_MANAGED,
@@ -27,6 +25,9 @@ from swe_sandbox.environments.container.engine import (
     LABEL_RUN_ID,
     gc,
 )
+from swe_sandbox.testing.kit import wait_until
+
+from helpers.variants import require_backend
 
 ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]
 MODES = {"runner": {}, "exec": {"runner": "exec"}, "nopython": {"image": "swe-sandbox/nopython"}}

@@ -17,10 +17,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.variants import variant_cli_args, variant_spec
-from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 from swe_sandbox.agent import demo
+
+from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
+from helpers.variants import variant_cli_args, variant_spec
 
 pytest.importorskip("litellm")
 

@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from helpers.registry import Registry
 
 from swe_sandbox.environments import environment_class
 from swe_sandbox.images import DEFAULT_IMAGE
+
+from helpers.registry import Registry
 
 ENGINES = ["docker", "podman"]
 #: The file of the pushed image's own layer; it holds the image's token.

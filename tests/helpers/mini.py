@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from helpers.variants import require_backend
 from swe_sandbox.testing.kit import shareable_workspace
+
+from helpers.variants import require_backend
 
 #: The backends the issue names, each with its class in ``swe_sandbox.minisweagent``.
 MINI_CLASSES = {

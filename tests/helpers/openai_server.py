@@ -284,7 +284,7 @@ class ScriptedOpenAIServer:
         with self._lock:
             self.replies.extend(replies)
 
-    def start(self) -> "ScriptedOpenAIServer":
+    def start(self) -> ScriptedOpenAIServer:
         """Listen on a random loopback port and serve in a daemon thread. Returns self."""
         handler = type("Handler", (_Handler,), {"scripted": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
@@ -300,7 +300,7 @@ class ScriptedOpenAIServer:
             httpd.shutdown()
             httpd.server_close()
 
-    def __enter__(self) -> "ScriptedOpenAIServer":
+    def __enter__(self) -> ScriptedOpenAIServer:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:

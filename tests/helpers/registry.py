@@ -76,7 +76,7 @@ class Registry:
                         f"{self.root / 'data'}\n  delete:\n    enabled: true\nhttp:\n  addr: {self.address}\n{auth}")
         return path
 
-    def start(self) -> "Registry":
+    def start(self) -> Registry:
         """Start on a free port and wait until ``/v2/`` answers (a port taken meanwhile: another one)."""
         binary = require_registry()
         for _ in range(3):

@@ -13,6 +13,9 @@ import platform
 import uuid
 
 import pytest
+
+from swe_sandbox.testing.kit import host_processes_with, unique_marker, wait_host_gone
+
 from helpers.mini import (
     IMAGE,
     MINI_CLASSES,
@@ -24,8 +27,6 @@ from helpers.mini import (
     quiet_mini,
     wait_no_containers,
 )
-
-from swe_sandbox.testing.kit import host_processes_with, unique_marker, wait_host_gone
 
 quiet_mini()
 import minisweagent.exceptions  # noqa: E402

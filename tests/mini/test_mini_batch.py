@@ -9,6 +9,9 @@ import json
 import uuid
 
 import pytest
+
+from swe_sandbox.testing.kit import shareable_workspace
+
 from helpers.mini import (
     IMAGE,
     MINI_CLASSES,
@@ -21,8 +24,6 @@ from helpers.mini import (
     run_mini,
     wait_no_containers,
 )
-
-from swe_sandbox.testing.kit import shareable_workspace
 
 INSTANCES = [{"instance_id": f"demo__project-{n}", "problem_statement": f"Print the number {n}."} for n in (1, 2, 3)]
 

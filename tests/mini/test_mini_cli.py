@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from swe_sandbox.testing.kit import shareable_workspace
+
 from helpers.mini import (
     MINI_CLASSES,
     SENTINEL,
@@ -22,8 +25,6 @@ from helpers.mini import (
     environment_fields,
     run_mini,
 )
-
-from swe_sandbox.testing.kit import shareable_workspace
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

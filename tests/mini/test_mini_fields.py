@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from helpers.mini import quiet_mini
 
 quiet_mini()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from helpers.mini import SENTINEL, backend_params, deterministic_outputs, environment_fields, quiet_mini, run_mini
 
 COMMANDS = ["printf 'b\\na\\nc\\n' > letters.txt && sort letters.txt",
@@ -48,7 +49,7 @@ def inspect(path: Path) -> list[tuple[str, list[tuple[str, str]]]]:
             for _ in range(app.n_steps):
                 headers = [str(w.content) for w in app.query(".message-header")]
                 contents = [str(w.content) for w in app.query(".message-content")]
-                pages.append((app.title, list(zip(headers, contents))))
+                pages.append((app.title, list(zip(headers, contents, strict=True))))
                 await pilot.press("l")  # next step
                 await pilot.pause()
         return pages
@@ -77,7 +78,7 @@ def test_replay_of_a_mini_cli_trajectory_then_mini_inspector_on_ours(backend, tm
     assert len(pages) == 1 + len(COMMANDS)  # the task, then one page per assistant turn
     assert pages[0][0] == f"Trajectory 1/1 - {ours.name} - Step 1/{len(pages)}"
     assert [h for h, _ in pages[0][1]] == ["SYSTEM", "USER"] and "Sort the letters." in pages[0][1][1][1]
-    for page, command, output in zip(pages[1:], COMMANDS, replayed):
+    for page, command, output in zip(pages[1:], COMMANDS, replayed, strict=True):
         assert [h for h, _ in page[1]][:2] == ["ASSISTANT", "TOOL"]
         assert command in page[1][0][1] and output in page[1][1][1]
     assert pages[-1][1][-1][0] == "EXIT"

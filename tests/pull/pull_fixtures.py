@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pytest
+
 from helpers.engine_images import ENGINES, require_engine
 
 

@@ -10,11 +10,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.engine_images import MARKER_PATH, has_image, pull_children, remove_pushed
-from helpers.interrupts import interrupt_when
 from pull_fixtures import engine  # noqa: F401 - fixture
 
 from swe_sandbox import get_environment
+
+from helpers.engine_images import MARKER_PATH, has_image, pull_children, remove_pushed
+from helpers.interrupts import interrupt_when
 
 
 def swe_sandbox(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:

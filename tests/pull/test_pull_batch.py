@@ -7,7 +7,6 @@ import json
 import threading
 from typing import Any
 
-from helpers.engine_images import MARKER_PATH, remove_pushed
 from pull_fixtures import engine  # noqa: F401 - fixture
 
 from swe_sandbox.agent.config import load_run_config
@@ -15,6 +14,8 @@ from swe_sandbox.batch import load_tasks, run_batch
 from swe_sandbox.batch.images import apply_image_template
 from swe_sandbox.batch.progress import BatchProgress
 from swe_sandbox.batch.records import ResultsLog
+
+from helpers.engine_images import MARKER_PATH, remove_pushed
 
 SUBMIT = f"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat {MARKER_PATH}"
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
-from helpers.engine_images import MARKER_PATH, has_image, image_references, pull_children, remove_pushed
-from helpers.registry import AGENTS, Registry, write_htpasswd
 from pull_fixtures import engine  # noqa: F401 - fixture
 
 import swe_sandbox
 from swe_sandbox.errors import ImagePullError
+
+from helpers.engine_images import MARKER_PATH, has_image, image_references, pull_children, remove_pushed
+from helpers.registry import AGENTS, Registry, write_htpasswd
 
 #: Seconds a failure may take beyond what the test allows the pull (child start, engine answers).
 SLACK_S = 5.0

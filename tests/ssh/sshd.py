@@ -33,8 +33,9 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SETUP_SCRIPT = REPO / "scripts" / "setup-sshd.sh"
@@ -141,9 +142,9 @@ class Sshd:
         os.chmod(self.dir / "authorized_keys", 0o644)
 
     # -- life cycle ------------------------------------------------------------------------------
-    def start(self, timeout: float = 15.0) -> "Sshd":
+    def start(self, timeout: float = 15.0) -> Sshd:
         """Start sshd (on a new free port the first time, on the same port after ``stop``)."""
-        for attempt in range(5):
+        for _attempt in range(5):
             port = self.port or _free_port()
             setenv = " ".join(f'"{k}={v}"' for k, v in self.session_env.items())
             (self.dir / "sshd_config").write_text(CONFIG.format(port=port, dir=self.dir, setenv=setenv))
@@ -225,7 +226,7 @@ class Sshd:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def __enter__(self) -> "Sshd":
+    def __enter__(self) -> Sshd:
         return self.start() if self.proc is None else self
 
     def __exit__(self, *exc: Any) -> None:

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from ssh.sshd import TEST_USER, Sshd, server_or_skip
 
 import swe_sandbox
-from ssh.sshd import TEST_USER, Sshd, server_or_skip
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxStartError
 
 pytestmark = pytest.mark.ssh

@@ -12,10 +12,11 @@ import subprocess
 
 import pytest
 from e2e import test_run_e2e as e2e
-from helpers.openai_server import ScriptedOpenAIServer
 from ssh.sshd import server_or_skip
 
 from swe_sandbox.agent import demo
+
+from helpers.openai_server import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.ssh
 

@@ -14,13 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.variants import variant_spec
-from swe_sandbox.testing.kit import kill_server_when_running, read_in_sandbox, unique_marker
-from helpers.openai_server import validate_request
 
 from swe_sandbox.agent import ActionRejected, DefaultAgent, load_run_config
 from swe_sandbox.errors import ConfigError, ModelError
 from swe_sandbox.models.test_models import DeterministicModel
+from swe_sandbox.testing.kit import kill_server_when_running, read_in_sandbox, unique_marker
+
+from helpers.openai_server import validate_request
+from helpers.variants import variant_spec
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from swe_sandbox.testing.kit import read_in_sandbox
 
 import swe_sandbox
 from swe_sandbox.agent import DefaultAgent, load_run_config
@@ -14,6 +13,7 @@ from swe_sandbox.errors import ConfigError
 from swe_sandbox.models import get_model
 from swe_sandbox.models.replay import ReplayModel, recorded_turns
 from swe_sandbox.models.test_models import DeterministicModel
+from swe_sandbox.testing.kit import read_in_sandbox
 
 BUGGY = "def add(a, b):\n    return a - b\n"
 FIXED = "def add(a, b):\n    return a + b\n"

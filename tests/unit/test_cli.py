@@ -499,8 +499,9 @@ def _bwrap_workspaces_of(parent_pid: int) -> list[str]:
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
 def test_exec_termination_signals_close_the_sandbox(signum):
     """SIGTERM / SIGHUP end exec like Ctrl-C: the command's processes and the temporary workspace go."""
-    from helpers.cli_process import start_cli_until_running
     from swe_sandbox.testing.kit import unique_marker, wait_host_gone
+
+    from helpers.cli_process import start_cli_until_running
 
     require_bwrap()
     marker = unique_marker()

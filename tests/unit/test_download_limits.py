@@ -6,7 +6,6 @@ checks the same bound end to end on every backend variant.
 
 from __future__ import annotations
 
-import io
 import os
 import stat
 import tarfile

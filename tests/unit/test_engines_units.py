@@ -25,13 +25,19 @@ from swe_sandbox.config import DEFAULT_ENV, SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.base import Environment
 from swe_sandbox.environments.container.archive import extract_single, tar_directory, tar_path
-from swe_sandbox.environments.container.environment import DEFAULT_CAP_ADD, HOST_ROOT_FRAME, LAUNCHER, NOPYTHON_FRAME, describe
 from swe_sandbox.environments.container.engine import (
     LABEL_OWNER_PID,
     LABEL_OWNER_START,
     ContainerSpec,
     owner_alive,
     process_start_id,
+)
+from swe_sandbox.environments.container.environment import (
+    DEFAULT_CAP_ADD,
+    HOST_ROOT_FRAME,
+    LAUNCHER,
+    NOPYTHON_FRAME,
+    describe,
 )
 from swe_sandbox.environments.fallback import (
     FALLBACK_SCRIPT,
@@ -42,7 +48,6 @@ from swe_sandbox.environments.fallback import (
 )
 from swe_sandbox.errors import SandboxDied, SandboxError
 from swe_sandbox.testing.kit import wait_until
-
 
 # -- a host fallback: the exec fallback's script run by the host's sh --------------------------------
 
@@ -282,7 +287,6 @@ def test_docker_create_kwargs_are_hardened():
 def test_docker_read_only_gets_writable_tmp_and_a_workspace_volume():
     pytest.importorskip("docker")
     from swe_sandbox.environments.container.docker import DockerEngine
-
     from swe_sandbox.environments.container.environment import READ_ONLY_TMPFS
 
     kw = DockerEngine("unix:///nonexistent.sock").create_kwargs(spec(read_only=True, workspace_volume=True,

@@ -7,11 +7,12 @@ import sys
 import threading
 
 import pytest
-from helpers.openai_server import ScriptedOpenAIServer, tool_call
 
 from swe_sandbox.errors import ConfigError, LimitsExceeded, ModelError
 from swe_sandbox.models.litellm_model import LitellmModel, _litellm
 from swe_sandbox.models.stats import GLOBAL_STATS, GlobalStats
+
+from helpers.openai_server import ScriptedOpenAIServer, tool_call
 
 TASK = [{"role": "user", "content": "task"}]
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 200, "total_tokens": 1200}

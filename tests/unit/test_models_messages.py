@@ -7,10 +7,11 @@ import urllib.error
 import urllib.request
 
 import pytest
-from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 from swe_sandbox.errors import FormatError, ModelError
 from swe_sandbox.models.litellm_model import LitellmModel, _litellm, add_cache_control
+
+from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 CALL = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}}
 USER = {"role": "user", "content": "task"}

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 from swe_sandbox.errors import ConfigError, FormatError
 from swe_sandbox.models import get_model
 from swe_sandbox.models.actions import parse_bash_block, parse_tool_calls
 from swe_sandbox.models.litellm_model import LitellmModel
 from swe_sandbox.models.text_model import LitellmTextModel
+
+from helpers.openai_server import ScriptedOpenAIServer, call, text, tool_call, tool_calls
 
 TASK = [{"role": "system", "content": "You are a helpful assistant."}, {"role": "user", "content": "Do the task."}]
 

@@ -7,11 +7,12 @@ import json
 import logging
 
 import pytest
-from helpers.openai_server import ScriptedOpenAIServer, error, text, tool_call
 
 from swe_sandbox.errors import FormatError, ModelError
 from swe_sandbox.models.litellm_model import LitellmModel
 from swe_sandbox.redact import MASK, env_secrets, find_secrets, redact
+
+from helpers.openai_server import ScriptedOpenAIServer, error, text, tool_call
 
 API_KEY = "sk-test-Zq8vW3nKp2Lr7Tx4"
 ENV_SECRET = "ghp_envSecretValue0123456789"

@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from types import SimpleNamespace
 
 import pytest
-from helpers.openai_server import ScriptedOpenAIServer, error, rate_limited, tool_call
 
 from swe_sandbox.errors import ModelError
 from swe_sandbox.models.litellm_model import LitellmModel, _litellm
 from swe_sandbox.models.retry import INTERRUPTED_MESSAGE, RetryConfig, call_with_retries, retry_after_s
+
+from helpers.openai_server import ScriptedOpenAIServer, error, rate_limited, tool_call
 
 TASK = [{"role": "user", "content": "task"}]
 FAST = {"backoff_base_s": 0.05, "backoff_max_s": 0.2, "max_total_s": 20}
@@ -139,7 +140,7 @@ def headers_error(**headers) -> SimpleNamespace:
 
 
 def test_retry_after_forms():
-    now = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2030, 1, 1, tzinfo=UTC)
     assert retry_after_s(headers_error(**{"Retry-After": "3"})) == 3
     assert retry_after_s(headers_error(**{"retry-after": "0.5"})) == 0.5
     assert retry_after_s(headers_error(**{"retry-after-ms": "250", "retry-after": "9"})) == 0.25
@@ -151,7 +152,7 @@ def test_retry_after_forms():
 
 
 def test_retry_after_as_http_date_through_the_server():
-    when = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=2), usegmt=True)
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=2), usegmt=True)
     with ScriptedOpenAIServer([rate_limited(retry_after=when), tool_call("ls")]) as server:
         make_model(server).query(TASK)
     assert len(server.requests) == 2

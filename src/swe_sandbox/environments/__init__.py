@@ -9,8 +9,9 @@ Third-party backends register in the entry-point group ``swe_sandbox.environment
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from swe_sandbox.config import apply_overrides, load_environment_config, validate
 from swe_sandbox.errors import ConfigError

@@ -143,7 +143,7 @@ def _bwrap_version(path: str) -> tuple[int, ...]:
     return tuple(int(part) for part in match.groups()) if match else ()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _probe(bwrap: str, uid: int | None) -> str | None:
     """Why bubblewrap cannot run here, started as the sandbox will be (through ``LAUNCHER``, as host
     ``uid`` when not None); None when it can."""

@@ -44,7 +44,8 @@ import shlex
 import subprocess
 import threading
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from swe_sandbox import runner
 from swe_sandbox.environments.base import HOST_GRACE_S

@@ -14,8 +14,8 @@ import posixpath
 import tarfile
 import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Iterator
 
 from swe_sandbox.environments import hostcopy
 from swe_sandbox.errors import SandboxError

@@ -18,10 +18,11 @@ for ``userns: host``). Whether the daemon remaps is checked inside each containe
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.container.image_ref import parse_image
 
 

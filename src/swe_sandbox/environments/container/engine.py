@@ -14,9 +14,10 @@ import functools
 import os
 import shutil
 import socket
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, ClassVar
 
 LABEL = "org.swe-sandbox"
 LABEL_MANAGED = f"{LABEL}.managed"

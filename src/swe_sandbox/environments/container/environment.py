@@ -63,8 +63,14 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.container.archive import extract_chunks, place_symlink, tar_directory, tar_empty_dir, tar_path
 from swe_sandbox.environments.base import Channel, Environment, spawn_runner
+from swe_sandbox.environments.container.archive import (
+    extract_chunks,
+    place_symlink,
+    tar_directory,
+    tar_empty_dir,
+    tar_path,
+)
 from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_CREATED,
@@ -78,10 +84,10 @@ from swe_sandbox.environments.container.engine import (
     error_line,
     process_start_id,
 )
-from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
 from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
+from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -112,7 +118,7 @@ HOST_ROOT_FRAME = {"op": "host-root"}
 def _printf_frame(frame: dict[str, str]) -> str:
     """A ``printf`` writing ``frame`` as one unauthenticated frame (4-byte length, then the JSON)."""
     data = json.dumps(frame).encode()
-    octal = "".join("\\%03o" % b for b in struct.pack(">I", len(data)))
+    octal = "".join(f"\\{b:03o}" for b in struct.pack(">I", len(data)))
     return f"printf '{octal}%s' '{data.decode()}'"
 
 
@@ -655,7 +661,7 @@ class _ImageMissing(SandboxStartError):
 
 
 def _num(value: float) -> str:
-    return "%d" % value if value == int(value) else "%g" % value
+    return f"{value:.0f}" if value == int(value) else f"{value:g}"
 
 
 def _remove_quietly(engine: Engine, cid: str) -> None:

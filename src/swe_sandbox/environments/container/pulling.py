@@ -24,11 +24,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from swe_sandbox.environments.container.image_ref import parse_image
 from swe_sandbox.environments.container.pull_errors import from_engine_text, pull_error

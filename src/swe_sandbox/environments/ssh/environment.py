@@ -38,13 +38,13 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from swe_sandbox.config import EnvironmentConfig, validate
-from swe_sandbox.environments.ssh import files as ssh_files
 from swe_sandbox.environments.base import Environment, Session, mount_relative
 from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
 from swe_sandbox.environments.fallback import ExecFallbackChannel, run_sweep, trace_path
-from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
+from swe_sandbox.environments.ssh import files as ssh_files
 from swe_sandbox.environments.ssh.link import SshLink, connect, ssh_errors
+from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
 from swe_sandbox.environments.ssh.streams import RemoteProcess, SshChannel
 from swe_sandbox.errors import ConfigError, ConnectionLost, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED

@@ -24,7 +24,8 @@ import shlex
 import socket
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from swe_sandbox.errors import SandboxStartError
 
@@ -188,7 +189,7 @@ class SshLink:
         while True:
             try:
                 data = read(n)
-            except socket.timeout:
+            except TimeoutError:
                 if self.dead() or ended():
                     return b""
                 continue
@@ -209,7 +210,7 @@ class SshLink:
         while data:
             try:
                 data = data[chan.send(data[:1 << 18]):]
-            except socket.timeout:
+            except TimeoutError:
                 pass
             if self.dead():
                 raise OSError(self.failed)

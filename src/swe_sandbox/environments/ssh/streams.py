@@ -11,7 +11,6 @@ stream), so a stream nobody reads never stalls the channel's window.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 import time
 
@@ -41,7 +40,7 @@ class SshChannel(Channel):
                 self.stderr = (self.stderr + self.chan.recv_stderr(1 << 16))[-NOISE_KEPT:]
             try:
                 data = self.chan.recv(1 << 20)  # waits at most POLL_S
-            except socket.timeout:
+            except TimeoutError:
                 if self.link.dead():
                     raise OSError(self.link.failed) from None
                 if timeout is not None:
