@@ -16,6 +16,7 @@ from swe_sandbox.batch import load_predictions, load_tasks, run_eval
 from swe_sandbox.batch.records import ResultsLog
 
 from helpers.interrupts import interrupt_when
+from helpers.variants import require_backend
 
 pytestmark = pytest.mark.bwrap
 WRONG = "def add(a, b):\n    return a * b\n"
@@ -27,8 +28,7 @@ def patch_of(fix: str, new_body: str) -> str:
 
 @pytest.fixture(scope="module")
 def evaluated(tmp_path_factory, calc_repo, fix_patch):
-    require = pytest.importorskip("conftest").require_backend
-    require("bwrap")
+    require_backend("bwrap")
     root = tmp_path_factory.mktemp("eval")
     tasks = write_tasks(root / "tasks.jsonl", [
         calc_task("resolved", calc_repo), calc_task("unresolved", calc_repo), calc_task("no_apply", calc_repo),

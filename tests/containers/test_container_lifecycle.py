@@ -2,7 +2,7 @@
 gc, the lifetime guard, a vanished container, the exec fallback, and the SDK traps.
 
 Needs the engines (``sudo scripts/setup-engines.sh``); skipped when one is unavailable, except
-under CI, where that is a failure (``conftest.require_backend``).
+under CI, where that is a failure (``helpers.variants.require_backend``).
 """
 
 from __future__ import annotations
