@@ -410,8 +410,9 @@ class Environment:
     """
 
     config_class: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
-    #: One line for ``swe-sandbox check`` and the docs: what this backend isolates.
-    isolation: ClassVar[str] = ""
+    #: One line for ``swe-sandbox check`` and the docs: what this backend isolates (an instance may
+    #: state it for its config: ssh with remote bwrap, a container in the host's user namespace).
+    isolation: str = ""
     #: True when the backend cannot run without being told where (ssh: a host): ``swe-sandbox
     #: check`` without ``--env`` then shows it without counting it.
     needs_target: ClassVar[bool] = False
