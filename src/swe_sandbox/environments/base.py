@@ -140,7 +140,7 @@ def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
         raise bad("extra", extra)
     for key, kind in RESULT_EXTRA.items():
         value = extra.get(key)
-        # a number unless kind is bool (int, or int and float)
+        # past isinstance, and kind not bool (int, or int and float): value is a number
         if not isinstance(value, kind) or (kind is not bool and (isinstance(value, bool) or cast(float, value) < 0)):
             raise bad(f"extra.{key}", value)
 
