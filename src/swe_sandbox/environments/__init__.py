@@ -9,7 +9,7 @@ Third-party backends register in the entry-point group ``swe_sandbox.environment
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,7 @@ def environment_class(name: str) -> type[Environment]:
     return getattr(importlib.import_module(module), attr)
 
 
-def get_environment(config: str | Path | Mapping[str, Any] = "local", overrides: list[str] = (), **kwargs: Any):
+def get_environment(config: str | Path | Mapping[str, Any] = "local", overrides: Sequence[str] = (), **kwargs: Any):
     """Build an environment (not started yet: it starts on first use).
 
     Args:

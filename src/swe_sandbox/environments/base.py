@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import IO, Any, ClassVar, Protocol, cast
 
 from swe_sandbox import runner
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
@@ -107,8 +107,9 @@ def find_submission(output: str, returncode: int) -> str | None:
 
 
 #: The result's ``extra`` keys every runner sends, and their types.
-RESULT_EXTRA = {"timed_out": bool, "truncated": bool, "output_bytes": int, "dropped_bytes": int,
-                "duration_s": (int, float)}
+RESULT_EXTRA: dict[str, type | tuple[type, ...]] = {
+    "timed_out": bool, "truncated": bool, "output_bytes": int, "dropped_bytes": int, "duration_s": (int, float),
+}
 #: Longest ``exception_info`` accepted from a runner (characters).
 MAX_INFO_CHARS = 4096
 
@@ -139,7 +140,8 @@ def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
         raise bad("extra", extra)
     for key, kind in RESULT_EXTRA.items():
         value = extra.get(key)
-        if not isinstance(value, kind) or (kind is not bool and (isinstance(value, bool) or value < 0)):
+        # past isinstance, and kind not bool (int, or int and float): value is a number
+        if not isinstance(value, kind) or (kind is not bool and (isinstance(value, bool) or cast(float, value) < 0)):
             raise bad(f"extra.{key}", value)
 
 
@@ -173,7 +175,7 @@ class Channel:
     #: Largest frame accepted, in bytes: a bound on host memory whatever the sandbox sends.
     max_frame = 256 << 20
 
-    def __init__(self, proc: subprocess.Popen | None, stderr_file=None):
+    def __init__(self, proc: subprocess.Popen[bytes] | None, stderr_file: IO[bytes] | None = None):
         self.proc = proc
         self.stderr_file = stderr_file
         self._buf = bytearray()
@@ -211,13 +213,25 @@ class Channel:
             raise ProtocolError(f"expected the result of request {req.get('id')}, got {str(reply)[:200]}")
         return reply
 
+    @property
+    def _process(self) -> subprocess.Popen[bytes]:
+        """``proc``; a subclass without a child process (``proc`` None) overrides every method
+        that uses it (``_write``, ``_read_some``, ``diagnose``, ``interrupt``, ``close``)."""
+        if self.proc is None:
+            raise TypeError(f"{type(self).__name__} has no child process: it must override the methods using one")
+        return self.proc
+
     def _write(self, data: bytes) -> None:
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
+        stdin = self._process.stdin
+        assert stdin is not None  # spawn_runner's stdin=PIPE
+        stdin.write(data)
+        stdin.flush()
 
     def _read_some(self, timeout: float | None) -> bytes | None:
         """Bytes available within ``timeout`` seconds (b"" at end of file, None on timeout)."""
-        fd = self.proc.stdout.fileno()
+        stdout = self._process.stdout
+        assert stdout is not None  # spawn_runner's stdout=PIPE
+        fd = stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             if not sel.select(timeout):
@@ -300,7 +314,7 @@ class Channel:
     def diagnose(self) -> str:
         """What the runner process left behind: exit status and the tail of its stderr."""
         parts = []
-        code = self.proc.poll()
+        code = self._process.poll()
         if code is not None:
             parts.append(f"exit status {code}")
         if self.stderr_file is not None:
@@ -316,23 +330,27 @@ class Channel:
     def interrupt(self) -> None:
         """From another thread, during a command: end of file to the runner, which then kills the
         running command (its result says the sandbox was closed) and everything else, and exits."""
+        stdin = self.proc.stdin if self.proc is not None else None
         try:
-            self.proc.stdin.close()
-        except (AttributeError, OSError, ValueError):
+            if stdin is not None:
+                stdin.close()
+        except (OSError, ValueError):
             pass
 
     def close(self, wait: float = 2.0) -> None:
         """Ask the runner to end every process it started, then make sure it is gone."""
+        proc = self._process
         try:
-            self.proc.stdin.close()  # end of file: the runner kills what commands left, then exits
+            if proc.stdin is not None:
+                proc.stdin.close()  # end of file: the runner kills what commands left, then exits
         except (OSError, ValueError):
             pass
         try:
-            self.proc.wait(timeout=wait)
+            proc.wait(timeout=wait)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for stream in (self.proc.stdout, self.stderr_file):
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, self.stderr_file):
             if stream is not None:
                 stream.close()
 
@@ -392,8 +410,9 @@ class Environment:
     """
 
     config_class: ClassVar[type[EnvironmentConfig]] = EnvironmentConfig
-    #: One line for ``swe-sandbox check`` and the docs: what this backend isolates.
-    isolation: ClassVar[str] = ""
+    #: One line for ``swe-sandbox check`` and the docs: what this backend isolates (an instance may
+    #: state it for its config: ssh with remote bwrap, a container in the host's user namespace).
+    isolation: str = ""
     #: True when the backend cannot run without being told where (ssh: a host): ``swe-sandbox
     #: check`` without ``--env`` then shows it without counting it.
     needs_target: ClassVar[bool] = False
@@ -524,8 +543,10 @@ class Environment:
         self._seq += 1
         request["id"] = self._seq
         timeout = request["timeout"]
+        channel = self._channel
+        assert channel is not None  # start() set it or raised
         try:
-            reply = self._channel.request(request, None if timeout is None else timeout + HOST_GRACE_S)
+            reply = channel.request(request, None if timeout is None else timeout + HOST_GRACE_S)
             check_result(reply, request["max_output_bytes"])
         except SandboxDied as exc:
             lost = self._lost_connection(exc)

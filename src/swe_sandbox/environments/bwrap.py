@@ -341,7 +341,9 @@ class BwrapEnvironment(Environment):
         bpf = self._seccomp_bpf()
         ids = self.host_ids()
         argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
-        argv[0] = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
+        path = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
+        assert path is not None  # unavailable_reason() just found it
+        argv[0] = path
         launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
         return spawn_runner(launch, self.sandbox_env(BASE_ENV))
 

@@ -44,7 +44,7 @@ import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from swe_sandbox import runner
@@ -195,7 +195,7 @@ class ExecHandle(Protocol):
 
 def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, str],
                   sweep_orphans: bool = False, deadline_cs: int | None = None, run_trace: str = "",
-                  spared: list[str] = ()) -> list[str]:
+                  spared: Sequence[str] = ()) -> list[str]:
     """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
 
     ``env`` is exported by the script itself (quoted), so a transport that only takes a command
@@ -359,6 +359,7 @@ class ExecFallbackChannel:
         if not self._read_output(proc, buf, deadline):
             proc.kill()
             proc.wait()
+            assert timeout is not None  # only a deadline runs out
             raise SandboxDied(f"the sandbox stopped answering (no result within {float(timeout) + HOST_GRACE_S:.0f} s)")
         code = proc.wait()
         err_thread.join(5)

@@ -19,7 +19,7 @@ from typing import Literal
 
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments import fallback, hostcopy
-from swe_sandbox.environments.base import Channel, Environment, spawn_runner
+from swe_sandbox.environments.base import Environment, Session, spawn_runner
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
@@ -68,7 +68,7 @@ class LocalEnvironment(Environment):
             gaps.update(fallback.missing_capabilities(shared_host=True))
         return gaps
 
-    def _open_channel(self) -> Channel:
+    def _open_channel(self) -> Session:
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         if self.config.runner == "exec":
             channel = fallback.ExecFallbackChannel(self._start_exec(self.sandbox_env(base)), shared_clock=True,

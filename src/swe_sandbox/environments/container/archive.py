@@ -16,6 +16,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path, PurePosixPath
+from typing import IO, Any
 
 from swe_sandbox.environments import hostcopy
 from swe_sandbox.errors import SandboxError
@@ -37,7 +38,7 @@ def place_symlink(target: str, name: str, dst: Path) -> None:
         hostcopy.copy(Path(tmp), name, hostcopy.HOST_ROOT, hostcopy.host_rel(dst))
 
 
-def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
+def tar_directory(src: Path, owner: tuple[int, int]) -> IO[bytes]:
     """A tar of the *contents* of ``src`` (extracted into the target directory), owned by ``owner``."""
     spool = tempfile.SpooledTemporaryFile(64 << 20)
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
@@ -47,19 +48,21 @@ def tar_directory(src: Path, owner: tuple[int, int]) -> io.BufferedIOBase:
     return spool
 
 
-def tar_empty_dir(name: str, owner: tuple[int, int]) -> io.BufferedIOBase:
+def tar_empty_dir(name: str, owner: tuple[int, int]) -> IO[bytes]:
     """A tar holding one directory entry ``name`` (mode 755) owned by ``owner``: extracted over an
     existing directory, it hands that directory to ``owner``."""
     spool = tempfile.SpooledTemporaryFile(1 << 16)
     with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
         info = tarfile.TarInfo(name)
         info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
-        tar.addfile(_retag(info, owner))
+        retagged = _retag(info, owner)
+        assert retagged is not None  # a directory: only devices are dropped
+        tar.addfile(retagged)
     spool.seek(0)
     return spool
 
 
-def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> io.BufferedIOBase:
+def tar_path(src: Path, arcname: str, owner: tuple[int, int]) -> IO[bytes]:
     """A tar holding ``src`` (file or directory tree) under the name ``arcname``."""
     if not os.path.lexists(src):
         raise FileNotFoundError(src)
@@ -141,7 +144,7 @@ def extract_single(fileobj, name: str, dst: Path, *, limit: int | None = None, s
     with tempfile.TemporaryDirectory(prefix="swe-sandbox-download-") as tmp:
         symlinks: list[tuple[str, str]] = []
         with tarfile.open(fileobj=fileobj, mode="r|*") as tar:
-            checked = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
+            checked: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "data_filter") else {}
             for member in _safe_members(tar, tmp, symlinks, budget):  # a directory's mode could lock out its files
                 tar.extract(member, tmp, set_attrs=not member.isdir(), **checked)
         _add_symlinks(tmp, symlinks)

@@ -17,7 +17,10 @@ import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
+
+if TYPE_CHECKING:
+    from swe_sandbox.environments.container.environment import ContainerEnvironment
 
 LABEL = "org.swe-sandbox"
 LABEL_MANAGED = f"{LABEL}.managed"
@@ -236,7 +239,7 @@ def gc(backends: Iterable[str] = ("docker", "podman"), *, dry_run: bool = False,
 
     report = []
     for backend in backends:
-        engine = environment_class(backend).engine_class()
+        engine = cast("type[ContainerEnvironment]", environment_class(backend)).engine_class()  # container backends
         if engine.unavailable_reason() is not None:
             continue
         try:

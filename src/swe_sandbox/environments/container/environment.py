@@ -63,7 +63,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments.base import Channel, Environment, spawn_runner
+from swe_sandbox.environments.base import Channel, Environment, Session, spawn_runner
 from swe_sandbox.environments.container.archive import (
     extract_chunks,
     place_symlink,
@@ -322,7 +322,7 @@ class ContainerEnvironment(Environment):
         self.container_id: str | None = None
         self.mode: str | None = None
         self._engine: Engine | None = None
-        self._finalizer = None
+        self._finalizer: weakref.finalize[[Engine, str], ContainerEnvironment] | None = None
         self._final_state: dict[str, Any] | None = None
         self._oom_kills = 0
         self._tether: Channel | None = None
@@ -331,6 +331,14 @@ class ContainerEnvironment(Environment):
             self.isolation = self.isolation_host_userns
 
     # -- engine ---------------------------------------------------------------------------------
+    @property
+    def _cid(self) -> str:
+        """``container_id`` of the started sandbox (None once closed, maybe from another thread)."""
+        cid = self.container_id
+        if cid is None:
+            raise SandboxError("this environment is closed")
+        return cid
+
     @property
     def engine(self) -> Engine:
         if self._engine is None:
@@ -470,7 +478,7 @@ class ContainerEnvironment(Environment):
         except self.engine.errors:
             return True  # unknown: report the create error as it is
 
-    def _open_channel(self) -> Channel:
+    def _open_channel(self) -> Session:
         self._started_at = time.monotonic()  # before the guard's clock starts: max_lifetime is never early
         cid = self._create()
         cli_env = self.engine.cli_env()
@@ -510,9 +518,9 @@ class ContainerEnvironment(Environment):
             if self._owner() != (0, 0):  # the engine made the working directory root's
                 self._hand_over_workspace()
             if self.config.workspace is not None:
-                self.engine.put_archive(self.container_id, self.config.mount_point,
+                self.engine.put_archive(self._cid, self.config.mount_point,
                                         tar_directory(Path(self.config.workspace), self._owner()))
-        except (*self.engine.errors, tarfile.TarError) as exc:
+        except self.engine.errors + (tarfile.TarError,) as exc:
             self.close()
             raise SandboxStartError(f"{self.engine.name}: cannot set up the workspace: {error_line(exc)}") from None
 
@@ -587,9 +595,9 @@ class ContainerEnvironment(Environment):
         Docker's read-only workspace then stays root's, see the README's known limits)."""
         mount = PurePosixPath(self.config.mount_point)
         try:
-            self.engine.put_archive(self.container_id, str(mount.parent), tar_empty_dir(mount.name, self._owner()))
+            self.engine.put_archive(self._cid, str(mount.parent), tar_empty_dir(mount.name, self._owner()))
         except self.engine.errors:  # a read-only root
-            self.engine.put_archive(self.container_id, str(mount), tar_empty_dir(".", self._owner()))
+            self.engine.put_archive(self._cid, str(mount), tar_empty_dir(".", self._owner()))
 
     def _owner(self) -> tuple[int, int]:
         """uid and gid owning the workspace and files copied in: a numeric ``user``, else root."""
@@ -614,7 +622,7 @@ class ContainerEnvironment(Environment):
 
     def _upload(self, src: Path, dst: str) -> None:
         """Copy ``src`` into the container through the engine's archive API (owned by ``user``)."""
-        cid, target = self.container_id, PurePosixPath(dst)
+        cid, target = self._cid, PurePosixPath(dst)
         kind, is_tree = self._kind(dst), src.is_dir() and not src.is_symlink()
         if kind == "dir" and not is_tree:
             target = target / src.name  # a file onto a directory lands inside it
@@ -632,7 +640,7 @@ class ContainerEnvironment(Environment):
                     self.engine.put_archive(cid, str(target.parent), tar_path(src, target.name, self._owner()))
                 else:
                     self.engine.put_archive(cid, "/", tar_path(src, str(target).lstrip("/"), self._owner()))
-        except (*self.engine.errors, tarfile.TarError, SandboxError) as exc:
+        except self.engine.errors + (tarfile.TarError, SandboxError) as exc:
             raise SandboxError(f"upload to {target}: {error_line(exc)}") from None
 
     def _download(self, src: str, dst: Path) -> None:
@@ -644,7 +652,7 @@ class ContainerEnvironment(Environment):
             place_symlink(kind[len("link:"):], PurePosixPath(src).name, dst)
             return
         try:
-            chunks = self.engine.get_archive(self.container_id, src)
+            chunks = self.engine.get_archive(self._cid, src)
         except self.engine.errors as exc:
             if not self.engine.is_not_found(exc):
                 raise SandboxError(f"download of {src}: {error_line(exc)}") from None

@@ -205,7 +205,7 @@ class PodmanEnvironment(ContainerEnvironment):
     config: PodmanConfig
 
     @classmethod
-    def missing_capabilities(cls, config: PodmanConfig) -> dict[str, str]:
+    def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
         """As docker's, but in a user namespace podman's exec streams refuse the command's opens (EACCES)."""
         from swe_sandbox.testing import capabilities as cap
 

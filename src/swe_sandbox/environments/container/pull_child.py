@@ -20,6 +20,10 @@ import json
 import os
 import sys
 import threading
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from swe_sandbox.environments.container.environment import ContainerEnvironment
 
 
 def _exit_when_parent_is_gone() -> None:
@@ -43,11 +47,12 @@ def main(argv: list[str]) -> int:
     from swe_sandbox.environments import environment_class
     from swe_sandbox.environments.container.engine import error_line
 
-    engine = environment_class(backend).engine_class(url, float(timeout))
+    cls = cast("type[ContainerEnvironment]", environment_class(backend))  # the parent pulls for a container backend
+    engine = cls.engine_class(url, float(timeout))
     try:
         for event in engine.pull_events(image, insecure=insecure == "1"):
             _write(event)
-    except (*engine.errors, ValueError) as exc:  # the SDK's, or an undecodable event: told the parent as text
+    except engine.errors + (ValueError,) as exc:  # the SDK's, or an undecodable event: told the parent as text
         # the engine's own words when the SDK has them (APIError.explanation, both SDKs)
         _write({"error": str(getattr(exc, "explanation", "") or "") or error_line(exc)})
         return 1

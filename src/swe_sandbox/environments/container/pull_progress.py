@@ -105,7 +105,7 @@ class PullProgress:
         return text
 
 
-def _size(count: int) -> str:
+def _size(count: float) -> str:
     """``count`` bytes in decimal units (``950 B``, ``12.3 MB``)."""
     for unit in ("B", "kB", "MB", "GB"):
         if count < 1000 or unit == "GB":

@@ -226,10 +226,10 @@ class SshEnvironment(Environment):
         base = dict(BWRAP_BASE_ENV) if self._policy else {}
         if self.mode == "exec":
             info = {"host": self.config.host, "workspace": self.workspace}
-            channel = ExecFallbackChannel(self._start_exec, self.sandbox_env(), info, lambda: link.dead(),
+            session = ExecFallbackChannel(self._start_exec, self.sandbox_env(), info, lambda: link.dead(),
                                           trace_dir=TRACE_DIR)
-            self._fallback_runs.append(channel.run_id)
-            return channel
+            self._fallback_runs.append(session.run_id)
+            return session
         try:
             chan = link.start(self._command([self.config.python, *ISOLATED, "-c", BOOTSTRAP], self.sandbox_env(base)))
         except ssh_errors() as exc:

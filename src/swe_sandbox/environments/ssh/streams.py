@@ -91,7 +91,8 @@ class RemoteProcess:
     """
 
     def __init__(self, chan, link: SshLink):
-        self.chan, self.link, self._exited_at = chan, link, None
+        self.chan, self.link = chan, link
+        self._exited_at: float | None = None
         read_fd, write_fd = os.pipe()
         self.stdout, self.stdin, self.stderr = os.fdopen(read_fd, "rb", 0), self, self
         threading.Thread(target=self._pump, args=(write_fd,), daemon=True, name="swe-sandbox-ssh-pump").start()
