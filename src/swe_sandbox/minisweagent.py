@@ -170,6 +170,8 @@ class _MiniEnvironment(_Mixed):
 
     backend: ClassVar[str]
     mini_fields: ClassVar[dict[str, Translate]] = HOST_FIELDS
+    #: The sentinel raises this module's ``Submitted`` (mini's and ours): mini's agents end their loop on it.
+    submitted_error: ClassVar[type[errors.Submitted]] = Submitted
 
     def __init__(self, **fields: Any):
         """Build the environment as mini does: ``Class(**fields)`` (it starts on first use).
@@ -193,18 +195,6 @@ class _MiniEnvironment(_Mixed):
         _register_exit_hook()
         _LIVE.add(self)
 
-    def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
-        """The backend's ``execute`` (DESIGN.md §1), with mini's ``Submitted`` on the sentinel.
-
-        Raises:
-            Submitted: this module's (mini's and ours); ``messages`` hold mini's exit message.
-            SandboxError: as the backend's ``execute``.
-        """
-        try:
-            return super().execute(action, cwd, timeout=timeout)
-        except errors.Submitted as exc:
-            raise Submitted(exc.submission, exc.result) from None
-
     def uname(self) -> dict[str, str]:
         """The sandbox's ``uname`` fields (``UNAME_FIELDS``), read inside it once (starts it).
 
@@ -212,7 +202,7 @@ class _MiniEnvironment(_Mixed):
             SandboxError: the command failed or printed fewer lines.
         """
         if self._uname is None:
-            result = super().execute({"command": UNAME_COMMAND}, "/", timeout=UNAME_TIMEOUT_S)
+            result = self.execute({"command": UNAME_COMMAND}, "/", timeout=UNAME_TIMEOUT_S)
             lines = result["output"].splitlines()[-len(UNAME_FIELDS):]
             if result["returncode"] != 0 or len(lines) != len(UNAME_FIELDS):
                 why = result["exception_info"] or f"returncode {result['returncode']}"

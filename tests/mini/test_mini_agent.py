@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from swe_sandbox.testing.kit import host_processes_with, unique_marker, wait_host_gone
+from swe_sandbox.testing.kit import host_processes_with, unique_marker, wait_host_gone, wait_until
 
 from helpers.mini import (
     IMAGE,
@@ -119,7 +119,8 @@ def test_an_environment_nobody_closes_ends_when_garbage_collected(backend, how, 
     label, marker = uuid.uuid4().hex, unique_marker()
     env = get_environment({"environment_class": MINI_CLASSES[backend], **gc_fields(backend, tmp_path, label)})
     assert env.execute({"command": f"sleep {marker} >/dev/null 2>&1 & echo started"})["output"] == "started\n"
-    assert [p for p in host_processes_with(marker) if "swe_sandbox" not in p], "the background job runs"
+    # polled: the job's fork may not have exec'd sleep yet when the command's result arrives
+    assert wait_until(lambda: [p for p in host_processes_with(marker) if "swe_sandbox" not in p]), "the job runs"
     workspace = str(env.workspace) if backend in ("bwrap", "ssh") else None
     if workspace:
         assert os.path.isdir(workspace)  # ssh: the test server is this host

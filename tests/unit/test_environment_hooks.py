@@ -97,10 +97,14 @@ def test_a_lost_connection_keeps_the_environment_open_and_the_next_command_recon
 def test_no_backend_overrides_start_execute_or_close():
     from swe_sandbox.environments import environment_class
 
-    for name in ("local", "bwrap", "docker", "podman", "ssh"):
-        cls = environment_class(name)
+    pytest.importorskip("minisweagent")
+    from swe_sandbox import minisweagent
+
+    classes = [environment_class(name) for name in ("local", "bwrap", "docker", "podman", "ssh")]
+    classes += [getattr(minisweagent, name) for name in minisweagent.__all__ if name.endswith("Environment")]
+    for cls in classes:
         for method in ("start", "execute", "close"):
-            assert getattr(cls, method) is getattr(Environment, method), (name, method)
+            assert getattr(cls, method) is getattr(Environment, method), (cls.__name__, method)
 
 
 def test_each_sdk_has_one_list_of_its_errors():

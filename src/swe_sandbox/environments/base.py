@@ -417,6 +417,10 @@ class Environment:
     #: check`` without ``--env`` then shows it without counting it.
     needs_target: ClassVar[bool] = False
 
+    #: The exception raised on the submission sentinel (a subclass of ``Submitted``; the
+    #: mini-swe-agent classes raise one that is mini's ``Submitted`` too).
+    submitted_error: ClassVar[type[Submitted]] = Submitted
+
     def __init__(self, config: EnvironmentConfig):
         self.config = config
         self._channel: Session | None = None
@@ -518,7 +522,7 @@ class Environment:
         self._check_result(result)
         submission = find_submission(result["output"], result["returncode"])
         if submission is not None:
-            raise Submitted(submission, result)
+            raise self.submitted_error(submission, result)
         return result
 
     def _run(self, command: str, cwd: str = "", timeout: float | None = None) -> dict[str, Any]:
