@@ -670,11 +670,12 @@ def test_timeout_with_partial_multibyte(make_env, partial, complete):
 def test_sandbox_usable_after_many_timeouts(make_env):
     """After timeouts the sandbox still runs commands (state of the sandbox is kept)."""
     environment = started_env(make_env)
-    run(environment, "echo keep > /tmp/swe-sandbox-after-timeout")
+    kept = f"/tmp/swe-sandbox-after-timeout-{unique_marker()}"  # unique: a host-sharing backend's /tmp is shared
+    run(environment, f"echo keep > {kept}")
     for _ in range(2):
         result, elapsed = timed(environment, "sleep 30", timeout=1)
         assert_timed_out(result, elapsed, 1)
-    after = run(environment, "cat /tmp/swe-sandbox-after-timeout; rm -f /tmp/swe-sandbox-after-timeout")
+    after = run(environment, f"cat {kept}; rm -f {kept}")
     assert after["output"] == "keep\n" and after["returncode"] == 0
 
 
