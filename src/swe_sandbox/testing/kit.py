@@ -185,17 +185,23 @@ for pid in os.listdir("/proc"):
         continue
     if marker in cmdline:
         print("ALIVE", pid, cmdline.replace(b"\0", b" ").decode("utf-8", "replace"))
+        if sys.argv[2:] == ["kill"]:
+            try:
+                os.kill(int(pid), 9)
+            except OSError:
+                pass
 print("SCAN_DONE")
 """
 
 
-def sandbox_processes_with(env: Any, marker: str) -> list[str]:
-    """Live processes inside the sandbox whose command line contains ``marker``.
+def sandbox_processes_with(env: Any, marker: str, *, kill: bool = False) -> list[str]:
+    """Live processes inside the sandbox whose command line contains ``marker`` (SIGKILLed too
+    with ``kill=True``: a test's clean-up of what an attack left, e.g. where that is an xfail).
 
     The scanner gets the marker reversed, so its own command line never matches.
     """
     script = _FIND_SCRIPT.replace("'", "'\"'\"'")
-    result = run(env, f"python3 -c '{script}' {marker[::-1]}", timeout=20)
+    result = run(env, f"python3 -c '{script}' {marker[::-1]}{' kill' if kill else ''}", timeout=20)
     assert "SCAN_DONE" in result["output"], result
     return [line for line in result["output"].splitlines() if line.startswith("ALIVE")]
 

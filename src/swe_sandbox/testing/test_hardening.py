@@ -13,7 +13,15 @@ from swe_sandbox.testing.capabilities import (
     ORPHAN_SWEEP,
     PRIVATE_RUNNER_CHANNEL,
 )
-from swe_sandbox.testing.kit import has, host_processes_with, requires, unique_marker, wait_sandbox_gone, wait_until
+from swe_sandbox.testing.kit import (
+    has,
+    host_processes_with,
+    requires,
+    sandbox_processes_with,
+    unique_marker,
+    wait_sandbox_gone,
+    wait_until,
+)
 
 FORGE = r"""RUNNER=$PPID python3 - <<'P'
 import json, os, struct
@@ -168,5 +176,8 @@ def test_a_forged_token_of_another_command_spares_nothing_at_a_timeout(make_env)
     result = env.execute({"command": (
         f"setsid env -i SWE_SANDBOX_CMD={token} PATH=/usr/bin:/bin sh -c 'sleep {marker}' "
         "</dev/null >/dev/null 2>&1 9>&- 8>&- & sleep 30")}, timeout=2)
-    assert result["extra"]["timed_out"], result
-    assert wait_sandbox_gone(env, marker, grace=2.0) == [], "the escapee survived the timeout"
+    try:
+        assert result["extra"]["timed_out"], result
+        assert wait_sandbox_gone(env, marker, grace=2.0) == [], "the escapee survived the timeout"
+    finally:  # where the backend lacks the sweep (a strict xfail), the escapee is ended here
+        sandbox_processes_with(env, marker, kill=True)
