@@ -162,6 +162,9 @@ def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, A
     A YAML file may hold the environment config at top level or under an ``environment:`` key
     (a full run config). A preset's ``backend`` defaults to its name.
 
+    A backend registered through the ``swe_sandbox.environments`` entry point and without a
+    preset of that name is ``{"backend": name}``.
+
     Raises:
         ConfigError: unknown preset or unreadable file.
     """
@@ -173,7 +176,13 @@ def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, A
         return dict(data.get("environment", data))
     preset = data_dir("environments") / f"{spec}.yaml"
     if not preset.is_file():
-        raise ConfigError(f"unknown environment {spec!r}: not a file, and the presets are {preset_names()}")
+        from swe_sandbox.environments import plugin_backend_names
+
+        plugins = plugin_backend_names()
+        if str(spec) in plugins:  # a third-party backend without a preset: its config's defaults
+            return {"backend": str(spec)}
+        also = f", and the registered backends are {plugins}" if plugins else ""
+        raise ConfigError(f"unknown environment {spec!r}: not a file, and the presets are {preset_names()}{also}")
     data = load_yaml(preset)
     data.setdefault("backend", str(spec))
     return data

@@ -29,19 +29,25 @@ BACKENDS: dict[str, str] = {
 ENTRY_POINT_GROUP = "swe_sandbox.environments"
 
 
-def backend_names() -> list[str]:
-    """Built-in backend names followed by those registered through entry points."""
+def plugin_backend_names() -> list[str]:
+    """Names of the backends registered through the ``swe_sandbox.environments`` entry point
+    (third-party; built-in names excluded), sorted."""
     from importlib.metadata import entry_points
 
-    extra = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BACKENDS]
-    return [*BACKENDS, *sorted(extra)]
+    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BACKENDS))
+
+
+def backend_names() -> list[str]:
+    """Built-in backend names followed by those registered through entry points."""
+    return [*BACKENDS, *plugin_backend_names()]
 
 
 def environment_class(name: str) -> type[Environment]:
     """Import and return the Environment class of backend ``name``.
 
     Raises:
-        ConfigError: no such backend (the message lists the known ones).
+        ConfigError: no such backend (the message lists the known ones), or a third-party one whose
+            entry point does not load.
     """
     target = BACKENDS.get(name)
     if target is None:
@@ -51,7 +57,13 @@ def environment_class(name: str) -> type[Environment]:
     if target is None:
         raise ConfigError(f"environment.backend: unknown backend {name!r} (known: {', '.join(backend_names())})")
     module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        if name in BACKENDS:
+            raise
+        raise ConfigError(f"environment.backend: backend {name!r} ({target}, from the {ENTRY_POINT_GROUP!r} entry "
+                          f"point) cannot be loaded: {type(exc).__name__}: {exc}") from None
 
 
 def get_environment(config: str | Path | Mapping[str, Any] = "local", overrides: Sequence[str] = (), **kwargs: Any):
