@@ -69,3 +69,29 @@ def test_bad_task_file_writes_nothing(tmp_path, rows, expected):
     done = run(batch_argv(tasks, tmp_path / "out"), timeout=60)
     assert done.returncode == 2 and expected in done.stderr, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_environment_field_is_refused_before_anything_runs(calc_repo, tmp_path):
+    """A typo in ``-c environment.*`` was recorded as every instance's (done) result, exit 0, and
+    stuck on resume (hostile review): it is the command's usage error, and nothing is written."""
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("t", calc_repo)])
+    done = run(batch_argv(tasks, tmp_path / "out", "-c", "environment.bogus=1"), timeout=60)
+    assert done.returncode == 2 and "bogus" in done.stderr, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["batch", "eval"])
+def test_an_output_directory_that_cannot_be_made_is_a_usage_error(calc_repo, tmp_path, command):
+    tasks = write_tasks(tmp_path / "tasks.jsonl", [calc_task("t", calc_repo)])
+    (tmp_path / "afile").write_text("")
+    out = tmp_path / "afile" / "sub"
+    if command == "batch":
+        argv = batch_argv(tasks, out)
+    else:
+        preds = tmp_path / "preds.json"
+        preds.write_text(json.dumps({"t": {"instance_id": "t", "model_patch": "", "model_name_or_path": "m"}}))
+        argv = [sys.executable, "-m", "swe_sandbox", "eval", str(preds), "--tasks", str(tasks), "-o", str(out),
+                "--env", "bwrap"]
+    done = run(argv, timeout=60)
+    assert done.returncode == 2 and "--output: cannot create the directory" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr

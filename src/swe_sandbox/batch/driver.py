@@ -279,6 +279,7 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
             attempts that had finished were written.
     """
     from swe_sandbox.batch.progress import BatchProgress
+    from swe_sandbox.batch.sandbox import check_environment_config
     from swe_sandbox.config import load_environment_config
     from swe_sandbox.errors import ConfigError
     from swe_sandbox.models import warm_up
@@ -295,8 +296,8 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     if ray is None:  # on Ray the workers query the models
         warm_up((run_config.get("model") or {}).get("model_class", "litellm"))
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    check_environment_config(tasks, env)
+    output_dir = rec.output_directory(output_dir)
     BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
              redo_existing=redo_existing, budget=CostBudget(cost_limit), cancel=cancel or Cancellation(),
              progress=progress or BatchProgress(), eval_timeout=eval_timeout, ray=ray).run()

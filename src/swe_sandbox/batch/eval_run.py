@@ -74,6 +74,7 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     """
     from swe_sandbox.batch.grading import run_report
     from swe_sandbox.batch.ray_settings import ray_options
+    from swe_sandbox.batch.sandbox import check_environment_config
     from swe_sandbox.config import load_environment_config
     from swe_sandbox.trajectory import atomic_write_text, to_json
 
@@ -81,8 +82,8 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     preds = match_predictions(predictions, tasks)
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     by_id = {t.instance_id: t for t in tasks if t.instance_id in preds}
-    directory = Path(output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
+    check_environment_config([by_id[i] for i in by_id], env)
+    directory = rec.output_directory(output_dir)
     log = rec.ResultsLog(directory / rec.RESULTS_FILE)
     existing = log.read()
     generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0

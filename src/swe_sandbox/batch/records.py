@@ -80,6 +80,24 @@ class AttemptRecord(BaseModel):
     """0, or the ``--redo-existing`` run this attempt belongs to (1, 2, ...)."""
 
 
+def output_directory(path: str | os.PathLike[str]) -> Path:
+    """``path`` as the run's output directory, made if missing.
+
+    Raises:
+        ConfigError: it cannot be made (names the cause) or is not writable.
+    """
+    from swe_sandbox.errors import ConfigError
+
+    directory = Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--output: cannot create the directory {directory}: {exc.strerror or exc}") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"--output: the directory {directory} is not writable")
+    return directory
+
+
 class ResultsLog:
     """``results.jsonl``: appends (thread-safe, one write each, fsync'ed) and reads."""
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from swe_sandbox.errors import SetupFailed
+from swe_sandbox.errors import ConfigError, SetupFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
@@ -37,6 +37,28 @@ def task_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
     if task.cwd:
         data["cwd"] = task.cwd
     return data
+
+
+def check_environment_config(tasks: list[Task], env_config: dict[str, Any]) -> None:
+    """Validate ``env_config`` (with each task's fields) before anything runs or is written, so a
+    typo is an error of the command, not a ``ConfigError`` recorded as every instance's result.
+
+    Raises:
+        ConfigError: an unknown backend or field, or an invalid value (named, with the task when
+            its fields make it invalid).
+    """
+    from swe_sandbox.config import validate
+    from swe_sandbox.environments import environment_class
+
+    if "backend" not in env_config:
+        raise ConfigError("environment.backend: missing (e.g. backend: docker)")
+    config_class = environment_class(str(env_config["backend"])).config_class
+    validate(config_class, {k: v for k, v in env_config.items() if k != "workspace"})
+    for task in tasks:
+        try:
+            validate(config_class, task_env_config(task, env_config))
+        except ConfigError as exc:
+            raise ConfigError(f"task {task.instance_id!r}: {exc}") from None
 
 
 @contextmanager
