@@ -79,8 +79,21 @@ def test_the_backend_option_names_a_preset_a_yaml_file_or_a_backend(tmp_path):
     config.write_text("backend: local\ntimeout: 5\nrunner: exec\n")
     mine = Variant.from_name(str(config))
     assert (mine.name, mine.backend, mine.config()) == ("mine", "local", {"timeout": 5, "runner": "exec"})
-    with pytest.raises(ConfigError, match="unknown backend 'no-such-backend'"):
+    with pytest.raises(ConfigError, match="unknown environment 'no-such-backend'"):
         Variant.from_name("no-such-backend")
+
+
+@pytest.mark.parametrize(("option", "said"), [
+    ((), "the swe_sandbox.testing kit needs a backend: --swe-sandbox-backend NAME"),
+    (("--swe-sandbox-backend", "missing.yaml"), "--swe-sandbox-backend missing.yaml: cannot read config file"),
+    (("--swe-sandbox-backend", "no-such-backend"), "unknown environment 'no-such-backend'"),
+], ids=["no-option", "missing-file", "unknown-name"])
+def test_a_kit_run_without_a_usable_backend_is_one_usage_error(tmp_path, option, said):
+    """Said once, before any test runs (it was one 'fixture not found' error per test, or the
+    unknown-backend message for a YAML file that does not exist)."""
+    done = run_pytest(tmp_path, tmp_path, "--pyargs", "swe_sandbox.testing", *option, timeout=120)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR, done.stdout + done.stderr
+    assert said in done.stderr and done.stderr.count("ERROR") == 1, done.stderr
 
 
 def test_a_capability_nobody_knows_is_refused():

@@ -64,10 +64,14 @@ def missing_capabilities(environment_class: type, config: Any) -> dict[str, str]
         dict[str, str]: capability name -> why the backend lacks it; empty when it lacks nothing.
 
     Raises:
-        ValueError: the backend names a capability that does not exist (a typo would hide a test).
+        ValueError: the backend names a capability that does not exist (a typo would hide a test),
+            or its answer is not ``{capability: non-empty reason}``.
     """
     declare = getattr(environment_class, "missing_capabilities", None)
     gaps: Mapping[str, str] = declare(config) if declare is not None else {}
+    if not isinstance(gaps, Mapping) or not all(isinstance(why, str) and why.strip() for why in gaps.values()):
+        raise ValueError(f"{environment_class.__name__}.missing_capabilities(config) must return "
+                         f"{{capability: reason}} with a non-empty reason each, got {gaps!r}")
     unknown = sorted(set(gaps) - set(CAPABILITIES))
     if unknown:
         raise ValueError(f"{environment_class.__name__} declares unknown capabilities {unknown} "

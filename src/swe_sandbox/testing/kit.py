@@ -63,19 +63,15 @@ class Variant:
         """The variant of ``--swe-sandbox-backend NAME``: a preset name or YAML file, else a backend name.
 
         Raises:
-            swe_sandbox.errors.ConfigError: ``name`` is neither (the message lists the backends).
+            swe_sandbox.errors.ConfigError: ``name`` is neither (the message lists the presets and
+                the registered backends), a YAML file that does not load, or a backend that does not.
         """
         from swe_sandbox.config import load_environment_config
         from swe_sandbox.environments import environment_class
-        from swe_sandbox.errors import ConfigError
 
-        try:
-            data = load_environment_config(name)
-        except ConfigError:
-            environment_class(name)  # raises, naming the known backends, when it is no backend either
-            data = {"backend": name}
-        data = dict(data)
+        data = dict(load_environment_config(name))
         backend = str(data.pop("backend", name))
+        environment_class(backend)  # a backend whose entry point does not load is refused here
         return cls(Path(name).stem if name.endswith((".yaml", ".yml")) else name, backend, data)
 
     @property

@@ -27,7 +27,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REQUIRES_MARKER}(*capabilities): the test needs these "
                                        "capabilities of the backend (swe_sandbox.testing.capabilities)")
-    if config.getoption("swe_sandbox_backend") and not config.pluginmanager.has_plugin(FIXTURES):
+    name = config.getoption("swe_sandbox_backend")
+    if name and not config.pluginmanager.has_plugin(FIXTURES):
         import importlib
 
+        from swe_sandbox.errors import ConfigError
+        from swe_sandbox.testing.kit import Variant
+
+        try:
+            Variant.from_name(name)  # a bad NAME is one usage error, not one error per test
+        except ConfigError as exc:
+            raise pytest.UsageError(f"--swe-sandbox-backend {name}: {exc}") from None
         config.pluginmanager.register(importlib.import_module(FIXTURES), FIXTURES)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The kit collected from the package (``--pyargs swe_sandbox.testing``) without a backend to
+    test is a usage error, said once (its fixtures exist only with the option)."""
+    if config.getoption("swe_sandbox_backend") or config.pluginmanager.has_plugin(FIXTURES):
+        return
+    if any(getattr(item.module, "__name__", "").startswith(f"{__package__}.") for item in items
+           if isinstance(item, pytest.Function)):
+        raise pytest.UsageError("the swe_sandbox.testing kit needs a backend: --swe-sandbox-backend NAME "
+                                "(a registered backend, a preset name or a YAML environment file)")
