@@ -4,7 +4,6 @@ output path, the model and environment configs, a usable backend.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -58,13 +57,9 @@ def check_output_path(path: Path) -> None:
         if target.is_dir():
             raise ConfigError(f"--output: {target} is a directory; give a file name, e.g. "
                               f"{target / 'run.traj.json'}")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--output: cannot create the directory {parent}: {exc.strerror or exc}") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ConfigError(f"--output: the directory {parent} is not writable")
+    from swe_sandbox.batch.records import output_directory
+
+    output_directory(path.parent)
 
 
 def check_model_config(model: dict[str, Any]) -> None:
