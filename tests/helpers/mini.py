@@ -14,13 +14,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from swe_sandbox.testing.kit import shareable_workspace
+from swe_sandbox.testing.kit import shareable_workspace, still_there
 
 from helpers.variants import require_backend
 
@@ -126,9 +125,4 @@ def containers_labelled(engine: str, value: str) -> list[str]:
 def wait_no_containers(engine: str, value: str, within: float = 15.0) -> list[str]:
     """Containers labelled ``TEST_LABEL=value`` still there after ``within`` seconds (removal is
     asynchronous)."""
-    deadline = time.monotonic() + within
-    while True:
-        left = containers_labelled(engine, value)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.2)
+    return still_there(lambda: containers_labelled(engine, value), within, interval=0.2)

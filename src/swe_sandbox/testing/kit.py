@@ -234,6 +234,17 @@ def wait_until(condition: Callable[[], Any], within: float = 5.0, interval: floa
     return True
 
 
+def still_there(probe: Callable[[], list[str]], within: float, interval: float = 0.05) -> list[str]:
+    """Poll ``probe()`` every ``interval`` seconds until it returns nothing or ``within`` seconds
+    passed; returns what it returned last (empty: all gone)."""
+    deadline = time.monotonic() + within
+    while True:
+        left = probe()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(interval)
+
+
 def host_pid_gone(pid: int) -> bool:
     """Whether host process ``pid`` is gone (or a zombie: dead, not yet reaped)."""
     try:
@@ -246,22 +257,12 @@ def host_pid_gone(pid: int) -> bool:
 
 def wait_host_gone(marker: str, grace: float = 1.0) -> list[str]:
     """Host processes with ``marker`` still alive after ``grace`` seconds (SIGKILL is asynchronous)."""
-    deadline = time.monotonic() + grace
-    while True:
-        left = host_processes_with(marker)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.05)
+    return still_there(lambda: host_processes_with(marker), grace)
 
 
 def wait_sandbox_gone(env: Any, marker: str, grace: float = 1.0) -> list[str]:
     """Sandbox processes with ``marker`` still alive after ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    while True:
-        left = sandbox_processes_with(env, marker)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.1)
+    return still_there(lambda: sandbox_processes_with(env, marker), grace, interval=0.1)
 
 
 def host_server_pid(marker: str, within: float = 20.0) -> int:
