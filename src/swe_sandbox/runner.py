@@ -59,6 +59,11 @@ BOOTSTRAP = (
 #: Interpreter options of the runner, before ``-c BOOTSTRAP``: isolated (neither the working
 #: directory, a workspace a sandbox wrote, nor PYTHON* variables reach its imports) and no ``site``.
 ISOLATED = ("-I", "-S")
+# Each command's shell puts itself (and so the command's whole tree) first in line for the kernel's
+# OOM killer (the highest oom_score_adj), so memory exhausted by a command kills the command, not
+# the runner; best effort (a command that is root in its sandbox can still lower itself or raise
+# the runner: the evaluation counts a sandbox that dies that way as the patch's outcome).
+OOM_FIRST = "{ echo 1000 >/proc/self/oom_score_adj; } 2>/dev/null; "
 RUN_TOKEN_VAR = "SWE_SANDBOX_RUN"
 CMD_TOKEN_VAR = "SWE_SANDBOX_CMD"
 #: After the shell exits, keep reading output for at most this long (seconds) ...
@@ -462,7 +467,7 @@ class Runner(object):
         try:
             # bash expands $(< /dev/fd/N) first, then closes N for the command itself.
             proc = self.spawn(
-                ["bash", "-c", 'eval "$(< /dev/fd/%d)" %d<&-' % (command_fd, command_fd)],
+                ["bash", "-c", OOM_FIRST + 'eval "$(< /dev/fd/%d)" %d<&-' % (command_fd, command_fd)],
                 stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(command_fd,),
                 cwd=cwd, env=env, start_new_session=True, close_fds=True,
             )

@@ -62,8 +62,12 @@ def fix_patch(calc_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def calc_task(instance_id: str, workspace: Path, **fields: Any) -> dict[str, Any]:
-    """A task over ``workspace`` graded by its hidden ``check.py`` (FAIL_TO_PASS test_add, PASS_TO_PASS test_zero)."""
-    return {"instance_id": instance_id, "problem_statement": "add() subtracts; make it add.",
+    """A task over ``workspace`` graded by its hidden ``check.py`` (FAIL_TO_PASS test_add, PASS_TO_PASS test_zero).
+
+    ``check.py`` is not pytest (the sandboxes here have none): it prints pytest-style lines, which
+    only SWE-bench's rules read (``grading: swebench``); the strict policy, which trusts no log
+    line, is tested with real pytest in ``test_reward_hacking.py``."""
+    return {"instance_id": instance_id, "problem_statement": "add() subtracts; make it add.", "grading": "swebench",
             "workspace": str(workspace), "test_patch": new_file_patch("check.py", CHECK), "eval_command": "python3 check.py",
             "FAIL_TO_PASS": ["check.py::test_add"], "PASS_TO_PASS": json.dumps(["check.py::test_zero"]), **fields}
 

@@ -4,6 +4,7 @@ a patch that does not apply, an empty patch, an eval timeout (the task's own); t
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import subprocess
@@ -74,7 +75,9 @@ def test_logs_grade_the_same_with_swebench(evaluated):
                        log_parser="parse_log_pytest", eval_type="pass_and_fail")
         pred = {"instance_id": instance_id, "model_name_or_path": "m", "model_patch": (folder / "patch.diff").read_text()}
         theirs = grading.get_eval_report(spec, pred, str(folder / "test_output.txt"), include_tests_status=True)
-        assert json.loads((folder / "report.json").read_text()) == theirs
+        ours = json.loads((folder / "report.json").read_text())
+        assert ours[instance_id].pop("grading")["policy"] == "swebench"  # our entry on top of SWE-bench's
+        assert ours == theirs
 
 
 def test_rerun_resumes_and_cli_rejects_bad_predictions(evaluated, tmp_path):
@@ -94,6 +97,28 @@ def test_rerun_resumes_and_cli_rejects_bad_predictions(evaluated, tmp_path):
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     assert done.returncode == 2 and f"{bad} line 2: not valid JSON" in done.stderr, done.stderr
     assert not (tmp_path / "new").exists()
+
+
+def test_a_changed_prediction_is_graded_again(bwrap_ok, calc_repo, fix_patch, tmp_path):
+    """A verdict is tied to the sha256 of the patch it graded: ``eval`` over an old directory with a
+    new prediction grades it again (it kept the old verdict before); the same prediction again
+    grades nothing; another grading policy grades again."""
+    tasks = load_tasks(write_tasks(tmp_path / "tasks.jsonl", [calc_task("t", calc_repo, grading=None)]))
+
+    def evaluate(patch: str, grading: str = "swebench") -> dict:
+        preds = [{"instance_id": "t", "model_name_or_path": "m", "model_patch": patch}]
+        return run_eval(preds, tasks, tmp_path / "out", env_config="bwrap", grading=grading)
+
+    assert evaluate(patch_of(fix_patch, WRONG))["unresolved_ids"] == ["t"]
+    assert evaluate(fix_patch)["resolved_ids"] == ["t"]
+    assert evaluate(fix_patch)["resolved_ids"] == ["t"]
+    records = ResultsLog(tmp_path / "out" / "results.jsonl").read()
+    assert [(r.eval_status, r.grading) for r in records] == [("unresolved", "swebench"), ("resolved", "swebench")]
+    assert records[1].patch_sha256 == hashlib.sha256(fix_patch.encode()).hexdigest()
+    assert json.loads((tmp_path / "out" / "t" / "eval" / "report.json").read_text())["t"]["grading"][
+        "patch_sha256"] == records[1].patch_sha256
+    assert evaluate(fix_patch, grading="strict")["unresolved_ids"] == ["t"]  # check.py is not pytest: no proof
+    assert len(ResultsLog(tmp_path / "out" / "results.jsonl").read()) == 3
 
 
 def test_ctrl_c_stops_the_evaluations_under_way(bwrap_ok, calc_repo, fix_patch, tmp_path):

@@ -3,6 +3,7 @@ docker with evaluation: the resolved count as recorded, the one wrong recording 
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -32,11 +33,28 @@ def test_build_makes_swebench_style_tasks(suite):
         repo = suite / "workspaces" / task.instance_id
         assert git(repo, "rev-list", "--count", "HEAD").strip() == "1" and git(repo, "status", "--porcelain") == ""
         assert (suite / "solutions" / f"{task.instance_id}.traj.json").is_file()
-        if task.test_patch:  # the tests that catch the bug are hidden from the agent: test_patch adds them
-            added = {line.split("def ", 1)[1].split("(")[0] for line in task.test_patch.splitlines()
-                     if line.startswith("+") and "def test" in line}
-            assert {name.split("::")[-1].split("[")[0] for name in task.FAIL_TO_PASS} <= added
-    assert sum(bool(t.test_patch) for t in tasks) >= 15
+        # the tests that catch the bug are hidden from the agent (out of the workspace, so out of the
+        # image), Jinja's doctests too (a test file made of them): test_patch adds them
+        added = {line.split("def ", 1)[1].split("(")[0] for line in task.test_patch.splitlines()
+                 if line.startswith("+") and "def test" in line}
+        assert {name.split("::")[-1].split("[")[0] for name in task.FAIL_TO_PASS} <= added
+        for name in task.FAIL_TO_PASS:
+            file, *path = name.split("[")[0].split("::")
+            assert not _defines(repo / file, path), name
+        assert "--doctest-modules" not in task.eval_command  # graded by docstrings the agent could edit
+
+
+def _defines(file, path: list[str]) -> bool:
+    """Whether the Python file ``file`` (if it exists) defines ``Class::...::function`` (``path``)."""
+    if not file.is_file():
+        return False
+    body = ast.parse(file.read_text()).body
+    for name in path:
+        found = [node for node in body if getattr(node, "name", None) == name]
+        if not found:
+            return False
+        body = getattr(found[0], "body", [])
+    return True
 
 
 @pytest.mark.docker

@@ -35,7 +35,7 @@ def row(spec: TaskSpec, project: Project, built: BuiltTask, version: str) -> dic
     return {"instance_id": spec.instance_id, "repo": project.repo, "version": version,
             "base_commit": built.commit, "problem_statement": spec.problem_statement.strip() + "\n",
             "cwd": TESTBED, "test_patch": built.test_patch, "patch": built.patch,
-            "eval_command": eval_command(project.pytest_args, spec.tests),
+            "eval_command": eval_command(project.pytest_args, built.tests),
             "FAIL_TO_PASS": json.dumps(built.fail_to_pass), "PASS_TO_PASS": json.dumps(built.pass_to_pass)}
 
 

@@ -2,7 +2,8 @@
 
 The turns are what a model would do: read the code (the recipe's ``explore`` commands), fix it
 (the bug's edits reversed: only the first one for ``solution: partial``, a recording that is
-wrong on purpose), run the tests it can see, submit ``git diff``. They are recorded with the
+wrong on purpose), run the tests it can see (for a ``doctests`` project, the module's doctests:
+the tests made of them are hidden), submit ``git diff``. They are recorded with the
 real agent (``swe_sandbox.batch.rollout`` and the ``deterministic`` model) in the task's own
 sandbox, so each trajectory holds real observations and replays with
 ``-c model.model_class=replay -c model.trajectory=solutions/{instance_id}.traj.json``.
@@ -34,7 +35,8 @@ def turns(task: TaskSpec, project: Project) -> list[dict[str, Any]]:
     from swe_sandbox.models.actions import tool_call
 
     fixed = task.edits if task.solution == "full" else task.edits[:1]
-    check = shlex.join(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *task.tests])
+    doctests = ["--doctest-modules"] if project.doctests else []  # the module's doctests, which it can see
+    check = shlex.join(["python3", "-m", "pytest", "-q", "-p", "no:cacheprovider", *doctests, *task.tests])
     script = [("Let me read the code involved.", task.explore or ["git ls-files | head -n 30"]),
               ("I found the cause; fixing it.", [fix_command(fixed)]),
               ("Running the tests I can see.", [f"{check} 2>&1 | tail -n 5"]),

@@ -34,8 +34,13 @@ class Project(Strict):
     pytest_args: list[str] = Field(default_factory=lambda: ["-rA", "-p", "no:cacheprovider"])
     """Arguments before the test files (``python3 -m pytest ARGS FILES``)."""
     hide_tests: bool = True
-    """Take the tests that catch the bug out of the workspace; ``test_patch`` puts them back.
-    False for doctests (they live in the module the bug is in)."""
+    """Take the tests that catch the bug out of the workspace (and so out of the task's image);
+    ``test_patch`` puts them back at evaluation."""
+    doctests: bool = False
+    """The tests are the doctests of the modules a task's ``tests`` names: the build takes them
+    out of the pristine source into ``tests/test_doctests_<module>.py`` (``suitelib/doctests.py``),
+    which evaluation runs; with ``hide_tests`` the whole file is hidden (``test_patch`` adds it),
+    so the module's own docstrings grade nothing."""
 
 
 class Edit(Strict):
@@ -53,7 +58,8 @@ class TaskSpec(Strict):
     project: str
     problem_statement: str
     tests: list[str]
-    """Test files (or doctest modules) evaluation runs; FAIL_TO_PASS and PASS_TO_PASS come from them."""
+    """Test files evaluation runs (for a ``doctests`` project: the modules whose doctests become
+    them); FAIL_TO_PASS and PASS_TO_PASS come from them."""
     edits: list[Edit]
     explore: list[str] = Field(default_factory=list)
     """Commands of the recorded solution's first turn (reading the code)."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation, CostBudget
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, rollout
 from swe_sandbox.environments.container.pulling import stop_all as stop_pulls
 from swe_sandbox.errors import BatchAborted
@@ -59,12 +59,14 @@ class BatchRun:
     def __init__(self, tasks: list[Task], output_dir: Path, run_config: dict[str, Any],
                  env_config: dict[str, Any], *, workers: int, evaluate: bool, max_attempts: int,
                  redo_existing: bool, budget: CostBudget, cancel: Cancellation,
-                 progress: BatchProgress, eval_timeout: float, ray: RayOptions | None = None):
+                 progress: BatchProgress, eval_timeout: float, ray: RayOptions | None = None,
+                 grading: str = STRICT):
         self.ray = ray
         self.tasks = {t.instance_id: t for t in tasks}
         self.dir, self.run_config, self.env_config = output_dir, run_config, env_config
         self.workers, self.evaluate, self.max_attempts = workers, evaluate, max_attempts
         self.budget, self.cancel, self.progress, self.eval_timeout = budget, cancel, progress, eval_timeout
+        self.grading = grading
         self.results = rec.ResultsLog(output_dir / rec.RESULTS_FILE)
         existing = self.results.read()
         generation = rec.redo_generation(existing, self.tasks, max_attempts) if redo_existing else 0
@@ -164,7 +166,8 @@ class BatchRun:
     def _rollout(self, instance_id: str) -> RolloutResult:
         result = rollout(self.tasks[instance_id], self.run_config, self.env_config, self.evaluate,
                          trajectory_path=trajectory_path(self.dir, instance_id), cancel=self.cancel,
-                         budget=self.budget, progress=self.progress.update, eval_timeout=self.eval_timeout)
+                         budget=self.budget, progress=self.progress.update, eval_timeout=self.eval_timeout,
+                         grading=self.grading)
         result.messages = []  # not kept in memory: the trajectory file has them
         return result
 
@@ -176,7 +179,8 @@ class BatchRun:
         patch = self.kept_patch(instance_id)
         self.progress.update(instance_id, phase="evaluating")
         return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config,
-                             cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend)
+                             cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend,
+                             grading=self.grading)
 
     def _commit(self, result: RolloutResult) -> bool:
         """Write one finished attempt: ``preds.json`` and eval files, then its ``results.jsonl``
@@ -228,7 +232,9 @@ class BatchRun:
             patch_lines=len(result.submission.splitlines()),
             eval_status=evaluation.status if evaluation else None,
             resolved=evaluation.resolved if evaluation else None,
-            reward=evaluation.reward if evaluation else None)
+            reward=evaluation.reward if evaluation else None,
+            patch_sha256=evaluation.patch_sha256 if evaluation else None,
+            grading=evaluation.grading if evaluation else None)
 
     def _write_report(self) -> None:
         from swe_sandbox.batch.grading import run_report
@@ -244,7 +250,7 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
               max_attempts: int = DEFAULT_MAX_ATTEMPTS, redo_existing: bool = False, cost_limit: float = 0.0,
               eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, progress: BatchProgress | None = None,
               cancel: Cancellation | None = None, executor: Literal["threads", "ray"] = "threads",
-              ray_address: str = "local") -> Path:
+              ray_address: str = "local", grading: str = STRICT) -> Path:
     """Run ``rollout`` for every task not done yet, ``workers`` at once; write ``output_dir``.
 
     Args:
@@ -269,6 +275,8 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
             at once as the cluster's nodes offer (DESIGN.md §7). Needs the ``[ray]`` extra.
         ray_address: with ``ray``: ``auto`` or an address of a running cluster, or ``local``
             (default): a local Ray started for this run with ``workers`` slots.
+        grading: the grading policy of the evaluations, ``strict`` (default) or ``swebench``
+            (``swe_sandbox.batch.evaluation``; a task's ``grading`` field wins).
 
     Returns:
         Path: ``output_dir``.
@@ -300,5 +308,5 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
     output_dir = rec.output_directory(output_dir)
     BatchRun(tasks, output_dir, run_config, env, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
              redo_existing=redo_existing, budget=CostBudget(cost_limit), cancel=cancel or Cancellation(),
-             progress=progress or BatchProgress(), eval_timeout=eval_timeout, ray=ray).run()
+             progress=progress or BatchProgress(), eval_timeout=eval_timeout, ray=ray, grading=grading).run()
     return output_dir

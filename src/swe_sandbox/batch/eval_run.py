@@ -5,7 +5,8 @@ directory mirrors a batch's: ``<instance_id>/eval/`` (``patch.diff``, ``test_out
 ``report.json``), ``report.json`` with SWE-bench's run-report keys, and ``results.jsonl`` (one
 line per evaluation, exit status ``Evaluated``), which makes a rerun resume: evaluated instances
 are skipped, infrastructure failures are evaluated again (up to ``max_attempts`` in all, within
-the run and across reruns). With ``executor="ray"`` each evaluation is one Ray task
+the run and across reruns); an instance whose verdict graded another patch than its prediction's
+now, or under another grading policy, is evaluated again. With ``executor="ray"`` each evaluation is one Ray task
 (``swe_sandbox.batch.ray_executor``); this process alone writes the directory.
 """
 
@@ -19,7 +20,15 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from swe_sandbox.batch import records as rec
 from swe_sandbox.batch.control import Cancellation
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult, evaluate, infra_failed, write_eval_files
+from swe_sandbox.batch.evaluation import (
+    DEFAULT_EVAL_TIMEOUT_S,
+    STRICT,
+    EvalResult,
+    evaluate,
+    infra_failed,
+    patch_sha256,
+    write_eval_files,
+)
 from swe_sandbox.batch.tasks import TaskFileError
 from swe_sandbox.environments.container.pulling import stop_all as stop_pulls
 
@@ -56,13 +65,16 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
              env_config: str | dict[str, Any] = "bwrap", workers: int = 1, max_attempts: int = 3,
              redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
              executor: Literal["threads", "ray"] = "threads", ray_address: str = "local",
-             cancel: Cancellation | None = None) -> dict[str, Any]:
+             cancel: Cancellation | None = None, grading: str = STRICT) -> dict[str, Any]:
     """Evaluate ``predictions`` (from ``load_predictions``) of ``tasks``; write ``output_dir``.
 
     ``workers`` at once on this machine, or (``executor="ray"``) one Ray task per evaluation on a
     cluster (``ray_address``: ``auto``, an address, or ``local``; see ``run_batch``). Ctrl-C (or
     ``cancel``, from another thread) closes the running evaluations' sandboxes at once and stops
     the image pulls under way; what they were doing is not recorded (it runs again on resume).
+
+    ``grading``: the policy, ``strict`` (default) or ``swebench`` (``swe_sandbox.batch.evaluation``;
+    a task's ``grading`` field wins).
 
     Returns:
         dict: the run report (``report.json``'s content).
@@ -87,11 +99,11 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     log = rec.ResultsLog(directory / rec.RESULTS_FILE)
     existing = log.read()
     generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
-    state = rec.ResumeState(existing, generation)
+    state = rec.ResumeState(existing, generation, counts=partial(_current, preds, by_id, grading))
     todo = [i for i in by_id if state.should_run(i, max_attempts)]
     cancel = cancel or Cancellation()
     pool = _pool(ray, workers, cancel)
-    start = partial(_start, pool, ray is not None, env, eval_timeout, cancel)
+    start = partial(_start, pool, ray is not None, env, eval_timeout, grading, cancel)
     wait = True
     try:
         running = {start(by_id[i], preds[i]["model_patch"]): i for i in todo}
@@ -120,6 +132,16 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     return report
 
 
+def _current(preds: dict[str, dict[str, Any]], tasks: dict[str, Task], grading: str, record: rec.AttemptRecord) -> bool:
+    """Whether ``record`` graded the patch the prediction has now, under the policy it would be
+    graded by now: else the instance is evaluated again (a verdict is tied to the patch it graded)."""
+    prediction, task = preds.get(record.instance_id), tasks.get(record.instance_id)
+    if prediction is None or task is None or not record.done:
+        return True
+    policy = task.grading or grading
+    return record.patch_sha256 == patch_sha256(prediction.get("model_patch")) and record.grading == policy
+
+
 def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:
     if ray is None:
         return cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval")
@@ -130,13 +152,13 @@ def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:
     return RayExecutor(ray, CostBudget(), cancel, BatchProgress())
 
 
-def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, cancel: Cancellation, task: Task,
-           patch: str | None) -> cf.Future:
+def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, grading: str, cancel: Cancellation,
+           task: Task, patch: str | None) -> cf.Future:
     if not on_ray:
-        return pool.submit(_evaluate_cancellable, task, patch, env, timeout, cancel)
+        return pool.submit(_evaluate_cancellable, task, patch, env, timeout, grading, cancel)
     from swe_sandbox.batch.ray_settings import RemoteCall
 
-    call = RemoteCall(kind="evaluate", task=task, patch=patch, env_config=env, eval_timeout=timeout)
+    call = RemoteCall(kind="evaluate", task=task, patch=patch, env_config=env, eval_timeout=timeout, grading=grading)
     return pool.submit(call, partial(_lost, task, patch))
 
 
@@ -147,22 +169,22 @@ def _lost(task: Task, patch: str | None, exit_status: str, error: str, where: di
 
 
 def evaluate_one(task: Task, patch: str | None, env: dict[str, Any], timeout: float,
-                 cancel: Cancellation | None = None) -> EvalAttempt:
+                 cancel: Cancellation | None = None, grading: str = STRICT) -> EvalAttempt:
     """``evaluate`` with when it started: one unit of work of ``run_eval``.
 
     Raises:
         KeyboardInterrupt: ``cancel`` was cancelled.
     """
     started = time.time()
-    return EvalAttempt(evaluate(task, patch, env, timeout=timeout, cancel=cancel), started)
+    return EvalAttempt(evaluate(task, patch, env, timeout=timeout, cancel=cancel, grading_policy=grading), started)
 
 
-def _evaluate_cancellable(task: Task, patch: str | None, env: dict[str, Any], timeout: float,
+def _evaluate_cancellable(task: Task, patch: str | None, env: dict[str, Any], timeout: float, grading: str,
                           cancel: Cancellation) -> EvalAttempt | None:
     """``evaluate_one`` in a pool thread: None when the cancel cut it short (a KeyboardInterrupt
     raised in a worker thread would only be re-raised by ``future.result()``)."""
     try:
-        return evaluate_one(task, patch, env, timeout, cancel)
+        return evaluate_one(task, patch, env, timeout, cancel, grading)
     except KeyboardInterrupt:
         return None
 
@@ -187,4 +209,5 @@ def _record(result: EvalResult, attempt: int, started: float, backend: str) -> r
         instance_id=result.instance_id, attempt=attempt, exit_status=EVALUATED, done=not result.infra_failure,
         error=result.error, duration_s=round(result.duration_s, 3), backend=backend, started_at=started,
         finished_at=time.time(), patch_lines=len((result.patch or "").splitlines()),
-        eval_status=result.status, resolved=result.resolved, reward=result.reward)
+        eval_status=result.status, resolved=result.resolved, reward=result.reward,
+        patch_sha256=result.patch_sha256, grading=result.grading)

@@ -1,27 +1,49 @@
-"""Evaluation: a prediction's patch applied and tested in a FRESH sandbox (DESIGN.md §7, README "Security").
+"""Evaluation: a prediction's patch applied and tested in a FRESH sandbox (DESIGN.md §7 and §9).
 
 The sandbox is built from trusted inputs only: the task's image, a copy of its workspace, its
 ``setup_command``, and the patch as text; never the agent's sandbox (a command there may have
-changed what later commands run). Steps, after SWE-bench's harness (``run_evaluation.py``):
+changed what later commands run). It has no network unless the task says so (``eval_network``).
+The patch is hostile: a policy trained on the reward may have written it to game the grader.
 
-1. the patch is written to ``/tmp`` and applied with ``git apply --verbose``, then ``--3way``,
-   then ``--reject``, then ``patch --batch --forward --fuzz=5 -p1`` (the tree reset between tries);
-   if none succeeds but ``git apply --check --reverse`` does, it was applied after all;
-2. ``test_patch`` is applied (``git apply --verbose``);
-3. ``eval_command`` runs (``timeout`` seconds), its output is graded (``swe_sandbox.batch.grading``).
+Two grading policies (``GRADING_POLICIES``; the task's ``grading`` field, else the run's):
 
-The log (``test_output.txt``) uses SWE-bench's markers, so its tools read it too.
+``strict`` (the default), each step a defence (README, "Rewards that hold"):
+
+1. the patch is parsed on the host before anything is applied
+   (``integrity.patch_policy.check_patch``): ``.git/``, absolute, outside and symlinked paths,
+   symlinks, binary hunks and compiled files are refused (status ``patch_refused``, reward 0);
+2. it is applied with SWE-bench's chain (``GIT_APPLY_CMDS``); what it changed beyond the paths it
+   names, or in ``.git``, refuses it;
+3. protected paths it touched (``patch_policy.protected_paths``: the files ``test_patch`` touches,
+   test directories, ``conftest.py``, test-runner configuration and shadows of the runner; the
+   task's ``protected_paths``) are reset to HEAD, or (``on_protected: refuse``) refuse it; the
+   verdict lists each dropped path and why;
+4. ``test_patch`` is applied, then ``eval_command`` runs with the grader's pytest plugin loaded
+   first (``integrity.outcomes``): outcomes are read from its authenticated records, never from
+   the log, and a FAIL_TO_PASS test must PASS (an XFAIL or skip the code called for is not one).
+
+``swebench``: SWE-bench's harness exactly (``run_evaluation.py``; documented as forgeable): the
+chain, the files ``test_patch`` modifies checked out from HEAD, ``test_patch``, the log parsed.
+
+Under both, a sandbox that dies while the patched code runs (out of memory, its runner killed
+from inside) is the patch's outcome (``unresolved``, ``sandbox_died``), never an infrastructure
+failure; and every verdict records the sha256 of the patch it graded. The log
+(``test_output.txt``) uses SWE-bench's markers, so its tools read it too.
 """
 
 from __future__ import annotations
 
-import base64
+import hashlib
 import time
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from swe_sandbox.batch import grading
+from swe_sandbox.batch.integrity import outcomes, patch_policy
+from swe_sandbox.batch.integrity import sandbox_steps as steps
+from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
+from swe_sandbox.errors import ConnectionLost, SandboxDied
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -34,14 +56,15 @@ if TYPE_CHECKING:  # pragma: no cover
 GIT_APPLY_CMDS = ("git apply --verbose", "git apply --verbose --3way", "git apply --verbose --reject",
                   "patch --batch --forward --fuzz=5 -p1 -i")
 RESET_CMD = "git checkout -- . ; git clean -fd"
-PATCH_DIR = "/tmp/swe-sandbox-eval"
+GRADER_DIR = f"{PATCH_DIR}/grader"
 #: Seconds ``eval_command`` may run by default (SWE-bench's harness: 1800).
 DEFAULT_EVAL_TIMEOUT_S = 1800.0
-STEP_TIMEOUT_S = 300.0
+STRICT, SWEBENCH = "strict", "swebench"
+GRADING_POLICIES = (STRICT, SWEBENCH)
 
 RESOLVED, UNRESOLVED, EMPTY_PATCH = "resolved", "unresolved", "empty_patch"
-PATCH_FAILED, TIMEOUT, ERROR = "patch_failed", "timeout", "error"
-EVAL_STATUSES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, PATCH_FAILED, TIMEOUT, ERROR)
+PATCH_FAILED, PATCH_REFUSED, TIMEOUT, ERROR = "patch_failed", "patch_refused", "timeout", "error"
+EVAL_STATUSES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, PATCH_FAILED, PATCH_REFUSED, TIMEOUT, ERROR)
 
 
 class EvalResult(BaseModel):
@@ -54,7 +77,8 @@ class EvalResult(BaseModel):
     reward: float = 0.0
     """1.0 when resolved, else 0.0."""
     infra_failure: bool = False
-    """The sandbox failed (did not start, died): no verdict; run it again."""
+    """The sandbox failed for a reason outside it (did not start, engine down, node lost): no
+    verdict; run it again."""
     error: str = ""
     apply_command: str = ""
     """The command that applied the patch."""
@@ -62,23 +86,42 @@ class EvalResult(BaseModel):
     """``eval_command``'s exit status."""
     duration_s: float = 0.0
     report: dict[str, Any] = {}
-    """SWE-bench's per-instance report (``report.json``)."""
+    """SWE-bench's per-instance report (``report.json``), with our ``grading`` entry."""
     log: str = ""
     """SWE-bench-style ``test_output.txt``."""
     patch: str | None = None
+    grading: str = STRICT
+    """The policy that graded it (``GRADING_POLICIES``)."""
+    patch_sha256: str = ""
+    """sha256 of the patch's UTF-8 bytes (empty: no patch)."""
+    refused: list[str] = []
+    """Why the policy refused the patch (status ``patch_refused``)."""
+    dropped: list[dict[str, str]] = []
+    """Protected paths the patch touched and the policy reset: ``{"path", "why"}``."""
+    sandbox_died: bool = False
+    """The sandbox died while the patched code ran: the patch's outcome (unresolved)."""
+
+
+def patch_sha256(patch: str | None) -> str:
+    """sha256 (hex) of ``patch``'s UTF-8 bytes; empty for None."""
+    return "" if patch is None else hashlib.sha256(patch.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def evaluate(task: Task, patch: str | None, env_config: dict[str, Any], *,
-             timeout: float = DEFAULT_EVAL_TIMEOUT_S, cancel: Cancellation | None = None) -> EvalResult:
+             timeout: float = DEFAULT_EVAL_TIMEOUT_S, cancel: Cancellation | None = None,
+             grading_policy: str = STRICT) -> EvalResult:
     """Apply ``patch`` in a fresh sandbox of ``task``, run its tests and grade them.
 
     Args:
         task: the task (image, workspace, cwd, setup_command, test_patch, eval_command, tests).
         patch: the prediction's diff; None or blank: an empty patch (no sandbox is started).
-        env_config: the environment config (a dict with ``backend``).
+        env_config: the environment config (a dict with ``backend``); its network is turned off
+            unless the task's ``eval_network`` is ``on``.
         timeout: seconds for ``eval_command`` (a timeout is status ``timeout``, unresolved), unless
             the task sets its own ``eval_timeout``.
         cancel: closes the sandbox at once when cancelled.
+        grading_policy: ``strict`` (default) or ``swebench`` (the module docstring); the task's
+            ``grading`` field wins.
 
     Returns:
         EvalResult: never raises for a sandbox failure (``infra_failure``) or a failed setup.
@@ -86,34 +129,45 @@ def evaluate(task: Task, patch: str | None, env_config: dict[str, Any], *,
     Raises:
         KeyboardInterrupt: ``cancel`` was cancelled.
     """
-    from swe_sandbox.batch.sandbox import SetupFailed, task_sandbox
-    from swe_sandbox.errors import BackendUnavailable, SandboxError
-
     started = time.monotonic()
-    timeout = task.eval_timeout or timeout
-    if patch is None or not patch.strip():
-        report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
-        return EvalResult(instance_id=task.instance_id, status=EMPTY_PATCH, report=report, patch=patch)
-    try:
-        with task_sandbox(task, env_config) as environment:
-            if cancel is None:
-                result = _run(environment, task, patch, timeout)
-            else:
-                with cancel.closing(environment):
-                    result = _run(environment, task, patch, timeout)
-    except SetupFailed as exc:
-        result = _failed(task, patch, ERROR, str(exc))
-    except (SandboxError, BackendUnavailable) as exc:
-        if cancel is not None and cancel.cancelled:
-            raise KeyboardInterrupt("batch cancelled") from None
-        result = infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
+    policy = task.grading or grading_policy
+    result = _evaluate(task, patch, env_config, task.eval_timeout or timeout, cancel, policy)
+    result.grading, result.patch_sha256 = policy, patch_sha256(patch)
+    for entry in result.report.values():
+        entry["grading"] = {"policy": policy, "patch_sha256": result.patch_sha256, "refused": result.refused,
+                            "dropped": result.dropped, "sandbox_died": result.sandbox_died}
     result.duration_s = time.monotonic() - started
     return result
 
 
+def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout: float,
+              cancel: Cancellation | None, policy: str) -> EvalResult:
+    from swe_sandbox.batch.sandbox import SetupFailed, eval_env_config, task_sandbox
+    from swe_sandbox.errors import BackendUnavailable, SandboxError
+
+    if patch is None or not patch.strip():
+        report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
+        return EvalResult(instance_id=task.instance_id, status=EMPTY_PATCH, report=report, patch=patch)
+    check = patch_policy.check_patch(patch, allow_binary=task.allow_binary, allow_compiled=task.allow_binary)
+    if policy == STRICT and not check.allowed:
+        return _refused(task, patch, check.refused)
+    try:
+        with task_sandbox(task, eval_env_config(task, env_config)) as environment:
+            if cancel is None:
+                return _run(environment, task, patch, timeout, policy, check)
+            with cancel.closing(environment):
+                return _run(environment, task, patch, timeout, policy, check)
+    except SetupFailed as exc:
+        return _failed(task, patch, ERROR, str(exc))
+    except (SandboxError, BackendUnavailable) as exc:
+        if cancel is not None and cancel.cancelled:
+            raise KeyboardInterrupt("batch cancelled") from None
+        return infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
+
+
 def infra_failed(task: Task, patch: str | None, error: str) -> EvalResult:
     """The result of an evaluation that had no verdict for an infrastructure reason (``error``):
-    its sandbox did not start or died, or (Ray) its node was lost. It runs again."""
+    its sandbox did not start or the engine failed, or (Ray) its node was lost. It runs again."""
     result = _failed(task, patch, ERROR, error)
     result.infra_failure = True
     return result
@@ -124,39 +178,129 @@ def _failed(task: Task, patch: str | None, status: str, error: str, log: str = "
     return EvalResult(instance_id=task.instance_id, status=status, error=error, report=report, log=log, patch=patch)
 
 
-def _run(environment: Environment, task: Task, patch: str, timeout: float) -> EvalResult:
+def _refused(task: Task, patch: str, refused: list[str], log: str = "") -> EvalResult:
+    """The policy refused the patch: the patch's verdict (reward 0), not an error to retry."""
+    result = _failed(task, patch, PATCH_REFUSED, "the grading policy refused the patch: " + "; ".join(refused[:5]),
+                     log + f"{grading.APPLY_PATCH_FAIL} (refused by the grading policy)\n" +
+                     "".join(f"refused: {r}\n" for r in refused))
+    result.refused = refused
+    return result
+
+
+def _run(environment: Environment, task: Task, patch: str, timeout: float, policy: str,
+         check: patch_policy.PatchCheck) -> EvalResult:
     log: list[str] = []
+    strict = policy == STRICT
+    before = steps.tree_state(environment) if strict else None
+    refused = steps.through_symlinks(environment, check.paths) if strict else []
+    if refused:
+        return _refused(task, patch, refused)
     applied = _apply_model_patch(environment, patch, log)
     if applied is None:
         log.append(grading.APPLY_PATCH_FAIL)
         return _failed(task, patch, PATCH_FAILED, "the patch does not apply", "\n".join(log) + "\n")
     log.append(f"{grading.APPLY_PATCH_PASS} ({applied})")
+    test_paths = patch_policy.check_patch(task.test_patch, allow_binary=True, allow_compiled=True).paths \
+        if task.test_patch.strip() else []
+    dropped: list[dict[str, str]] = []
+    if before is not None:
+        refused = steps.stray_changes(environment, check.paths, before)
+        dropped, more = _protect(environment, task, check.paths, test_paths)
+        refused += more
+        if refused:
+            return _refused(task, patch, refused, "\n".join(log) + "\n")
+        log += [f"dropped {d['path']}: {d['why']}" for d in dropped]
+    else:
+        steps.checkout_base(environment, test_paths)
     if task.test_patch.strip():
-        result = _sh(environment, _write_file("test.patch", task.test_patch,
-                                              then=f"git apply --verbose {PATCH_DIR}/test.patch"))
+        result = sh(environment, write_file("test.patch", task.test_patch,
+                                            then=f"git apply --verbose {PATCH_DIR}/test.patch"))
         log.append(result["output"])
         if result["returncode"] != 0:
             log.append(grading.TESTS_ERROR)
             return _failed(task, patch, ERROR, "test_patch does not apply", "\n".join(log) + "\n")
-    result = _execute(environment, task.eval_command or "true", timeout)
-    timed_out = bool(result["extra"].get("timed_out"))
-    graded = grade(task, patch, result["output"], result["returncode"], timed_out)
-    graded.apply_command, graded.returncode = applied, result["returncode"]
-    graded.log = grading.test_log(result["output"], result["returncode"], timed_out, before="\n".join(log))
+    graded = _test(environment, task, patch, timeout, strict, "\n".join(log))
+    graded.apply_command, graded.dropped = applied, dropped
     return graded
 
 
-def grade(task: Task, patch: str, output: str, returncode: int, timed_out: bool) -> EvalResult:
-    """The verdict from ``eval_command``'s output and exit status (rules: ``swe_sandbox.batch.grading``).
+def _protect(environment: Environment, task: Task, paths: list[str],
+             test_paths: list[str]) -> tuple[list[dict[str, str]], list[str]]:
+    """Reset (or refuse, ``on_protected: refuse``) the protected paths the patch touched."""
+    patterns = patch_policy.DEFAULT_PROTECTED if task.protected_paths is None else tuple(task.protected_paths)
+    reasons = {p: "a protected path (test files, test-runner configuration or a shadow of the runner)"
+               for p in patch_policy.protected_paths(paths, patterns)}
+    reasons.update({p: "a file test_patch touches (reset to the base before it, as SWE-bench does)"
+                    for p in paths if p in set(test_paths)})
+    configs = [p for p in paths if p.rsplit("/", 1)[-1] in patch_policy.RUNNER_CONFIG_FILES and p not in reasons]
+    reasons.update({p: "changes the test runner's configuration" for p in steps.config_changes(environment, configs)})
+    if task.on_protected == "refuse" and reasons:
+        return [], [f"{p}: {why}" for p, why in sorted(reasons.items())]
+    return steps.reset_protected(environment, sorted(reasons), reasons), []
 
-    A timeout is status ``timeout`` (SWE-bench writes no report for it: an error there).
-    """
+
+def _test(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
+          before: str) -> EvalResult:
+    """Run ``eval_command`` (strict: under the grader's plugin) and grade it; a sandbox that dies
+    meanwhile is the patch's outcome unless its engine is gone."""
+    plugin = outcomes.new_plugin() if strict and task.log_parser == grading.PYTEST_PARSER else None
+    prefix = ""
+    if plugin is not None:
+        sh(environment, write_file(f"{plugin.module}.py", plugin.source, directory=GRADER_DIR) + "\n" +
+           write_file(f"{plugin.module}.key", plugin.key, directory=GRADER_DIR), check=True)
+        prefix = outcomes.plugin_env(plugin, GRADER_DIR)
+    try:
+        result = steps.execute(environment, prefix + (task.eval_command or "true"), timeout)
+        records = sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin else ""
+    except SandboxDied as exc:
+        if isinstance(exc, ConnectionLost) or type(environment).unavailable_reason() is not None:
+            raise  # the connection or the engine failed, not the sandbox: no verdict
+        return _died(task, patch, exc, before)
+    timed_out = bool(result["extra"].get("timed_out"))
+    if plugin is not None:
+        graded = grade_outcomes(task, patch, outcomes.verify(records, plugin.key), timed_out)
+    else:
+        graded = grade(task, patch, result["output"], result["returncode"], timed_out)
+    graded.returncode = result["returncode"]
+    graded.log = grading.test_log(result["output"], result["returncode"], timed_out, before=before)
+    return graded
+
+
+def _died(task: Task, patch: str, exc: SandboxDied, before: str) -> EvalResult:
+    why = f"the sandbox died while the tests ran (the patch's outcome, not retried): {exc}"
+    report = grading.instance_report(task.instance_id, patch, applied=True, resolved=False)
+    return EvalResult(instance_id=task.instance_id, status=UNRESOLVED, error=why, report=report, patch=patch,
+                      sandbox_died=True, log=grading.test_log(why, None, False, before=before))
+
+
+def grade(task: Task, patch: str, output: str, returncode: int, timed_out: bool) -> EvalResult:
+    """The verdict from ``eval_command``'s output and exit status, SWE-bench's way (rules:
+    ``swe_sandbox.batch.grading``). A timeout is status ``timeout`` (SWE-bench writes no report for
+    it: an error there)."""
     status_map = grading.LOG_PARSERS[task.log_parser](output)
     usable = not timed_out and (not task.has_tests or grading.usable_log(status_map, returncode))
     tests = None
     if usable and task.has_tests:
         tests = grading.tests_status(status_map, task.FAIL_TO_PASS, task.PASS_TO_PASS)
-    resolved = usable and (grading.is_resolved(tests) if tests is not None else returncode == 0)
+    return _verdict(task, patch, usable, tests, timed_out, returncode == 0)
+
+
+def grade_outcomes(task: Task, patch: str, found: outcomes.Outcomes, timed_out: bool) -> EvalResult:
+    """The strict verdict from the grader plugin's verified records (``integrity.outcomes``)."""
+    usable = not timed_out and found.usable
+    tests = None
+    if usable:
+        tests = grading.tests_status(found.status_map, task.FAIL_TO_PASS, task.PASS_TO_PASS,
+                                     f2p_passes=outcomes.F2P_PASSES, p2p_passes=outcomes.P2P_PASSES)
+    result = _verdict(task, patch, usable, tests, timed_out, found.exitstatus == 0)
+    if found.problems and not timed_out:
+        result.error = "the test outcomes prove nothing: " + "; ".join(found.problems)
+    return result
+
+
+def _verdict(task: Task, patch: str, usable: bool, tests: dict[str, Any] | None, timed_out: bool,
+             succeeded: bool) -> EvalResult:
+    resolved = usable and (grading.is_resolved(tests) if tests is not None else succeeded)
     status = TIMEOUT if timed_out else (RESOLVED if resolved else UNRESOLVED)
     report = grading.instance_report(task.instance_id, patch, applied=usable, resolved=resolved, status=tests)
     return EvalResult(instance_id=task.instance_id, status=status, resolved=resolved, reward=float(resolved),
@@ -165,44 +309,17 @@ def grade(task: Task, patch: str, output: str, returncode: int, timed_out: bool)
 
 def _apply_model_patch(environment: Environment, patch: str, log: list[str]) -> str | None:
     """Apply ``patch`` with SWE-bench's chain; the command that worked, or None."""
-    _sh(environment, _write_file("model.patch", patch), check=True)
+    sh(environment, write_file("model.patch", patch), check=True)
     for attempt, command in enumerate(GIT_APPLY_CMDS):
         if attempt:
-            _sh(environment, RESET_CMD)
-        result = _sh(environment, f"{command} {PATCH_DIR}/model.patch")
+            sh(environment, RESET_CMD)
+        result = sh(environment, f"{command} {PATCH_DIR}/model.patch")
         log.append(f"$ {command}\n{result['output'].rstrip()}")
         if result["returncode"] == 0:
             return command
-    if _sh(environment, f"git apply --check --reverse {PATCH_DIR}/model.patch")["returncode"] == 0:
+    if sh(environment, f"git apply --check --reverse {PATCH_DIR}/model.patch")["returncode"] == 0:
         return "already applied"
     return None
-
-
-def _write_file(name: str, text: str, then: str = "") -> str:
-    """A command writing ``text`` to ``PATCH_DIR/name`` exactly (base64 in a heredoc: any bytes,
-    and a base64 line can never be the terminator), then running ``then`` if that worked."""
-    encoded = base64.encodebytes(text.encode("utf-8", "surrogateescape")).decode("ascii")
-    after = f" && {then}" if then else ""
-    return f"mkdir -p {PATCH_DIR} && base64 -d > {PATCH_DIR}/{name} <<'EOF'{after}\n{encoded}EOF"
-
-
-def _execute(environment: Environment, command: str, timeout: float) -> dict[str, Any]:
-    """``execute``, where output that starts with the submission sentinel is just output."""
-    from swe_sandbox.errors import Submitted
-
-    try:
-        return environment.execute({"command": command}, timeout=timeout)
-    except Submitted as exc:
-        return exc.result
-
-
-def _sh(environment: Environment, command: str, *, check: bool = False) -> dict[str, Any]:
-    result = _execute(environment, command, STEP_TIMEOUT_S)
-    if check and result["returncode"] != 0:
-        from swe_sandbox.errors import SandboxError
-
-        raise SandboxError(f"evaluation step failed ({result['returncode']}): {result['output'][-300:]}")
-    return result
 
 
 def write_eval_files(result: EvalResult, directory: Path) -> None:

@@ -87,10 +87,17 @@ def _resolve_case(case: str, status_map: dict[str, str]) -> str | None:
     return None
 
 
-def test_passed(case: str, status_map: dict[str, str], *, skipped_ok: bool = False) -> bool:
-    """Whether ``case`` passed (``skipped_ok``: a skip counts, as for PASS_TO_PASS)."""
+#: Statuses that pass a FAIL_TO_PASS / a PASS_TO_PASS test (SWE-bench's ``test_passed``, ``test_failed``).
+F2P_PASSES = frozenset({PASSED, XFAIL})
+P2P_PASSES = frozenset({PASSED, XFAIL, SKIPPED})
+
+
+def test_passed(case: str, status_map: dict[str, str], *, skipped_ok: bool = False,
+                passes: frozenset[str] | None = None) -> bool:
+    """Whether ``case`` passed: its status is one of ``passes`` (default: ``P2P_PASSES`` with
+    ``skipped_ok``, as for PASS_TO_PASS, else ``F2P_PASSES``)."""
     key = _resolve_case(case, status_map)
-    allowed = (PASSED, XFAIL, SKIPPED) if skipped_ok else (PASSED, XFAIL)
+    allowed = passes if passes is not None else (P2P_PASSES if skipped_ok else F2P_PASSES)
     return key is not None and status_map[key] in allowed
 
 
@@ -102,13 +109,15 @@ def usable_log(status_map: dict[str, str], returncode: int | None) -> bool:
     return returncode in (None, 0) or failed
 
 
-def tests_status(status_map: dict[str, str], fail_to_pass: Iterable[str],
-                 pass_to_pass: Iterable[str]) -> dict[str, dict[str, list[str]]]:
+def tests_status(status_map: dict[str, str], fail_to_pass: Iterable[str], pass_to_pass: Iterable[str], *,
+                 f2p_passes: frozenset[str] = F2P_PASSES,
+                 p2p_passes: frozenset[str] = P2P_PASSES) -> dict[str, dict[str, list[str]]]:
     """SWE-bench's ``tests_status``: success and failure lists of both kinds (and the empty
-    FAIL_TO_FAIL / PASS_TO_FAIL it always reports)."""
+    FAIL_TO_FAIL / PASS_TO_FAIL it always reports). ``f2p_passes`` / ``p2p_passes``: the statuses
+    that count as a pass (SWE-bench's by default; the strict policy's are narrower)."""
     report: dict[str, dict[str, list[str]]] = {}
-    for kind, tests, skipped_ok in ((FAIL_TO_PASS, fail_to_pass, False), (PASS_TO_PASS, pass_to_pass, True)):
-        success = [t for t in tests if test_passed(t, status_map, skipped_ok=skipped_ok)]
+    for kind, tests, passes in ((FAIL_TO_PASS, fail_to_pass, f2p_passes), (PASS_TO_PASS, pass_to_pass, p2p_passes)):
+        success = [t for t in tests if test_passed(t, status_map, passes=passes)]
         report[kind] = {"success": success, "failure": [t for t in tests if t not in success]}
     report["FAIL_TO_FAIL"] = {"success": [], "failure": []}
     report["PASS_TO_FAIL"] = {"success": [], "failure": []}
@@ -138,12 +147,13 @@ def run_report(instance_ids: Iterable[str], predictions: dict[str, dict[str, Any
         instance_ids: every instance of the task file.
         predictions: ``{instance_id: prediction}`` of those that have one.
         outcomes: ``{instance_id: eval_status}`` of evaluated ones (``resolved``, ``unresolved``,
-            ``timeout``, ``patch_failed``, ``error``; ``empty_patch`` ones need not be listed).
+            ``timeout``, ``patch_failed``, ``patch_refused``, ``error``; ``empty_patch`` ones need not be listed).
 
     SWE-bench's buckets: no prediction = incomplete; empty patch; graded (a per-instance report)
     = completed, and resolved or unresolved; anything else (the patch did not apply, the tests
     timed out, the evaluation failed or has not run) = error. Ours on top, subsets of
-    ``error_ids``: ``patch_failed_ids`` and ``eval_timeout_ids``.
+    ``error_ids``: ``patch_failed_ids``, ``patch_refused_ids`` (the grading policy refused the
+    patch) and ``eval_timeout_ids``.
     """
     ids = list(instance_ids)
     empty = {i for i in ids if i in predictions and predictions[i].get("model_patch") in ("", None)}
@@ -161,6 +171,7 @@ def run_report(instance_ids: Iterable[str], predictions: dict[str, dict[str, Any
     report["submitted_ids"] = sorted(predictions)
     report.update({f"{name}_ids": sorted(buckets[name]) for name in ("resolved", "unresolved", "error")})
     report["patch_failed_ids"] = sorted(i for i in error if outcomes.get(i) == "patch_failed")
+    report["patch_refused_ids"] = sorted(i for i in error if outcomes.get(i) == "patch_refused")
     report["eval_timeout_ids"] = sorted(i for i in error if outcomes.get(i) == "timeout")
     report["schema_version"] = 2
     return report

@@ -24,6 +24,7 @@ class _CallFields(TypedDict):
     task: Any
     env_config: dict[str, Any]
     eval_timeout: float
+    grading: str
 
 
 class _LostFields(TypedDict):
@@ -42,7 +43,8 @@ class _LostFields(TypedDict):
 
 def remote_call(run: BatchRun, job: Job) -> RemoteCall:
     """``job`` of ``run`` as a Ray task ships it: a rollout, or the evaluation of a kept patch."""
-    common: _CallFields = {"task": run.tasks[job.instance_id], "env_config": run.env_config, "eval_timeout": run.eval_timeout}
+    common: _CallFields = {"task": run.tasks[job.instance_id], "env_config": run.env_config, "eval_timeout": run.eval_timeout,
+                          "grading": run.grading}
     if not job.evaluate_only:
         return RemoteCall(kind="rollout", run_config=run.run_config, evaluate=run.evaluate,
                           cost_limit=run.budget.limit, **common)

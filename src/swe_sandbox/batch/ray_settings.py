@@ -97,6 +97,8 @@ class RemoteCall(BaseModel):
     evaluate: bool = False
     eval_timeout: float = 1800.0
     """Seconds for each ``eval_command``."""
+    grading: str = "strict"
+    """The grading policy (``swe_sandbox.batch.evaluation.GRADING_POLICIES``)."""
     cost_limit: float = 0.0
     """The batch's total, USD (0: none); the driver counts it, the worker only learns it was reached."""
     exit_status: str = ""

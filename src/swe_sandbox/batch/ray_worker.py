@@ -154,7 +154,7 @@ def execute(call: RemoteCall, control: Any) -> Any:
 
             beat.progress(call.instance_id, phase="evaluating")
             result = evaluate_kept(call.task, call.exit_status, call.patch or "", env, cancel=beat.cancel,
-                                   eval_timeout=call.eval_timeout, backend=call.backend)
+                                   eval_timeout=call.eval_timeout, backend=call.backend, grading=call.grading)
         else:
             result = _rollout(call, env, beat)
     return result.model_copy(update=where)
@@ -176,7 +176,8 @@ def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
     with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
         path = Path(scratch) / "trajectory.json"
         result = rollout(call.task, call.run_config, env, call.evaluate, trajectory_path=path, cancel=beat.cancel,
-                         budget=beat.budget, progress=beat.progress, eval_timeout=call.eval_timeout)
+                         budget=beat.budget, progress=beat.progress, eval_timeout=call.eval_timeout,
+                         grading=call.grading)
         result.trajectory = path.read_text(encoding="utf-8") if path.is_file() else None
     result.messages = []  # the trajectory has them
     return result
@@ -195,4 +196,4 @@ def sweep_scratch(root: str | None = None) -> None:
 def _evaluation(call: RemoteCall, env: dict[str, Any], where: NodeFields) -> Any:
     from swe_sandbox.batch.eval_run import evaluate_one
 
-    return evaluate_one(call.task, call.patch, env, call.eval_timeout)._replace(**where)
+    return evaluate_one(call.task, call.patch, env, call.eval_timeout, grading=call.grading)._replace(**where)

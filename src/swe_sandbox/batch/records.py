@@ -22,7 +22,7 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +78,11 @@ class AttemptRecord(BaseModel):
     its cost, api calls and steps are 0)."""
     generation: int = 0
     """0, or the ``--redo-existing`` run this attempt belongs to (1, 2, ...)."""
+    patch_sha256: str | None = None
+    """With evaluation: sha256 of the patch the verdict graded (``swe-sandbox eval`` grades an
+    instance again when its prediction's patch is another)."""
+    grading: str | None = None
+    """With evaluation: the grading policy of the verdict (``strict``, ``swebench``)."""
 
 
 def output_directory(path: str | os.PathLike[str]) -> Path:
@@ -152,10 +157,13 @@ class ResumeState:
         generation: records of earlier generations do not count (``--redo-existing``: the
             attempts of earlier runs stay in the file but the instances run again; see
             ``redo_generation``).
+        counts: a record for which it returns False counts only for numbering (``swe-sandbox
+            eval``: a verdict of another patch or policy than the prediction's now).
     """
 
-    def __init__(self, records: Iterable[AttemptRecord], generation: int = 0):
-        self.generation = generation
+    def __init__(self, records: Iterable[AttemptRecord], generation: int = 0,
+                 counts: Callable[[AttemptRecord], bool] | None = None):
+        self.generation, self.counts = generation, counts
         self.attempts: dict[str, int] = {}
         self.eval_attempts: dict[str, int] = {}
         self.all_attempts: dict[str, int] = {}
@@ -167,7 +175,7 @@ class ResumeState:
         """Take one more record into account (one of an earlier generation only for numbering)."""
         instance_id = record.instance_id
         self.all_attempts[instance_id] = self.all_attempts.get(instance_id, 0) + 1
-        if record.generation < self.generation:
+        if record.generation < self.generation or (self.counts is not None and not self.counts(record)):
             return
         if not record.eval_only:
             self.attempts[instance_id] = self.attempts.get(instance_id, 0) + 1

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, EvalResult
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult
+from swe_sandbox.errors import ConnectionLost, SandboxDied
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
@@ -23,7 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Exit statuses that are agent outcomes (done: never run again), besides ``AGENT_ERRORS``.
 AGENT_OUTCOMES = frozenset({"Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError"})
 #: Failures that are the instance's or the config's, not the infrastructure's: done, with an error.
-AGENT_ERRORS = frozenset({"SetupFailed", "ConfigError", "ModelError"})
+#: ``SandboxDied``: the sandbox died of what the agent ran in it (out of memory, its runner killed
+#: from inside): the agent's outcome, never retried (``died_status`` tells it from an engine failure).
+AGENT_ERRORS = frozenset({"SetupFailed", "ConfigError", "ModelError", "SandboxDied"})
+#: The exit status of a sandbox lost because its engine stopped answering: infrastructure (retried).
+ENGINE_LOST = "EngineLost"
 #: A ``ModelError`` whose message says this failed after retries: the provider was unreachable (infra).
 MODEL_GAVE_UP = "(gave up after"
 #: The exit status of a rollout stopped by ``Cancellation`` (Ctrl-C): not done, not an attempt.
@@ -86,7 +91,7 @@ def is_done(exit_status: str, error: str = "") -> bool:
 def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
             trajectory_path: str | Path | None = None, cancel: Cancellation | None = None,
             budget: CostBudget | None = None, progress: Progress | None = None,
-            eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S) -> RolloutResult:
+            eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, grading: str = STRICT) -> RolloutResult:
     """Run the agent on ``task`` in a fresh sandbox, then evaluate its patch in another.
 
     Args:
@@ -102,6 +107,8 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
         progress: called as ``progress(instance_id, **fields)`` with ``phase``, ``step``, ``cost``,
             ``command``, and ``detail`` while the image is pulled (from the rollout's or the pull's thread).
         eval_timeout: seconds for ``eval_command``.
+        grading: the evaluation's grading policy, ``strict`` (default) or ``swebench``
+            (``swe_sandbox.batch.evaluation``).
 
     Returns:
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
@@ -117,17 +124,18 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
         result.started_at = wall
         if evaluate and result.done:
             report(task.instance_id, phase="evaluating")
-            _evaluate(task, result, env_config, cancel, eval_timeout)
+            _evaluate(task, result, env_config, cancel, eval_timeout, grading)
     result.duration_s = time.monotonic() - started
     return result
 
 
 def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
-              cancel: Cancellation | None, timeout: float) -> None:
+              cancel: Cancellation | None, timeout: float, grading: str = STRICT) -> None:
     from swe_sandbox.batch.evaluation import evaluate
 
     try:
-        result.evaluation = evaluate(task, result.submission, env_config, timeout=timeout, cancel=cancel)
+        result.evaluation = evaluate(task, result.submission, env_config, timeout=timeout, cancel=cancel,
+                                     grading_policy=grading)
     except KeyboardInterrupt:
         result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
         return
@@ -137,7 +145,7 @@ def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
 
 def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str, Any], *,
                   cancel: Cancellation | None = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
-                  backend: str = "") -> RolloutResult:
+                  backend: str = "", grading: str = STRICT) -> RolloutResult:
     """Evaluate the patch of an earlier, finished attempt (whose evaluation had no verdict).
 
     Returns:
@@ -147,7 +155,7 @@ def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str
     started, wall = time.monotonic(), time.time()
     result = RolloutResult(instance_id=task.instance_id, exit_status=exit_status, done=True, submission=patch,
                            backend=backend or str(env_config.get("backend", "")), started_at=wall, evaluate_only=True)
-    _evaluate(task, result, env_config, cancel, eval_timeout)
+    _evaluate(task, result, env_config, cancel, eval_timeout, grading)
     result.duration_s = time.monotonic() - started
     return result
 
@@ -180,7 +188,7 @@ def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any
     except KeyboardInterrupt:
         return _result(task, agent, backend, INTERRUPTED, "interrupted")
     except Exception as exc:  # the sandbox did not start, setup failed, a bad config: a value
-        status = type(exc).__name__
+        status = died_status(exc, env_config) if isinstance(exc, SandboxDied) else type(exc).__name__
         if cancel is not None and cancel.cancelled:
             status = INTERRUPTED
         return _result(task, agent, backend, status, f"{type(exc).__name__}: {exc}")
@@ -191,6 +199,18 @@ def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any
     if cancel is not None and cancel.cancelled and _stopped_by_cancel(status, _exit_text(agent)):
         status = INTERRUPTED
     return _result(task, agent, backend, status, "" if status == "Submitted" else _exit_text(agent))
+
+
+def died_status(exc: SandboxDied, env_config: dict[str, Any]) -> str:
+    """The exit status of a sandbox that died: ``ConnectionLost`` (ssh: the link, not the sandbox)
+    and ``ENGINE_LOST`` (its engine no longer answers) are infrastructure; any other death is the
+    agent's outcome (``SandboxDied``, done)."""
+    from swe_sandbox.environments import environment_class
+
+    if isinstance(exc, ConnectionLost):
+        return type(exc).__name__
+    down = environment_class(str(env_config.get("backend", ""))).unavailable_reason() is not None
+    return ENGINE_LOST if down else "SandboxDied"
 
 
 def _stopped_by_cancel(status: str, text: str) -> bool:

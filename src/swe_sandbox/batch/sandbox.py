@@ -39,6 +39,19 @@ def task_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
+def eval_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
+    """``env_config`` for ``task``'s evaluation sandbox: no network (``network: none`` on
+    docker/podman, no ``share_net`` on bwrap) unless the task's ``eval_network`` is ``on``."""
+    data = dict(env_config)
+    if task.eval_network == "on":
+        return data
+    if data.get("backend") in IMAGE_BACKENDS:
+        data["network"] = "none"
+    elif data.get("backend") == "bwrap":
+        data["share_net"] = False
+    return data
+
+
 def check_environment_config(tasks: list[Task], env_config: dict[str, Any]) -> None:
     """Validate ``env_config`` (with each task's fields) before anything runs or is written, so a
     typo is an error of the command, not a ``ConfigError`` recorded as every instance's result.

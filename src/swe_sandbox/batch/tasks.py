@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -54,7 +54,21 @@ class Task(BaseModel):
     eval_timeout: float | None = Field(default=None, gt=0)
     """Seconds ``eval_command`` may run for this task; None: the run's (``--eval-timeout``)."""
     log_parser: str = "pytest"
-    """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines) or ``exit_status``."""
+    """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines; under the strict
+    grading policy, the grader plugin's records) or ``exit_status``."""
+    grading: Literal["strict", "swebench"] | None = None
+    """The grading policy for this task (``swe_sandbox.batch.evaluation``); None: the run's."""
+    protected_paths: list[str] | None = None
+    """Patterns of paths the model patch may not change for grading (``patch_policy.protected_paths``'
+    syntax); None: ``patch_policy.DEFAULT_PROTECTED``. The files ``test_patch`` touches always are."""
+    on_protected: Literal["reset", "refuse"] = "reset"
+    """What the strict policy does with a patch that touches a protected path: reset the path to
+    the base commit (recorded in the verdict), or refuse the patch."""
+    allow_binary: bool = False
+    """Let the model patch carry binary hunks and compiled files (refused by default)."""
+    eval_network: Literal["none", "on"] = "none"
+    """The evaluation sandbox's network: ``none`` (default, whatever the agent had), or ``on``
+    (the environment config's own setting)."""
     source_line: int = Field(default=0, exclude=True)
     """Line of the task file where this task starts (for error messages; not serialized)."""
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
@@ -81,6 +81,9 @@ RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_s
             "cluster's address, or nothing (after TASKS): a local Ray with -w slots.")
 RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
 EvalTimeoutOpt = Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each eval_command.")]
+GradingOpt = Annotated[Literal["strict", "swebench"], Opt("--grading",
+                               help="Grading policy: strict (default: the patch cannot game the grade) or swebench "
+                                    "(SWE-bench's rules exactly, for leaderboard parity; forgeable by the patch).")]
 ImageTemplateOpt = Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                              show_default=False)]
 
@@ -164,6 +167,7 @@ def batch_command(
     time_limit: Annotated[float | None, Opt("--instance-time-limit", min=0, metavar="S", help="Wall time per "
                                                "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
     eval_timeout: EvalTimeoutOpt = 1800.0,
+    grading: GradingOpt = "strict",
     image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
@@ -186,7 +190,7 @@ def batch_command(
         check_task_images(tasks, env_data)
         return _run(tasks, output, config, env_data, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
                     redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout,
-                    **_executor(ray))
+                    grading=grading, **_executor(ray))
 
     raise typer.Exit(_guarded(body))
 
@@ -258,6 +262,7 @@ def eval_command(
     redo_existing: Annotated[bool, Opt("--redo-existing", help="Evaluate done instances again.")] = False,
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
     eval_timeout: EvalTimeoutOpt = 1800.0,
+    grading: GradingOpt = "strict",
     image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
@@ -275,7 +280,8 @@ def eval_command(
         require_usable(str(env_data.get("backend")))
         check_task_images([t for t in tasks if t.instance_id in {p["instance_id"] for p in preds}], env_data)
         report = run_eval(preds, tasks, output, env_config=env_data, workers=workers, max_attempts=max_attempts,
-                          redo_existing=redo_existing, eval_timeout=eval_timeout, **_executor(ray))
+                          redo_existing=redo_existing, eval_timeout=eval_timeout, grading=grading,
+                          **_executor(ray))
         _print_summary(output)
         return _exit_for(output, report["submitted_ids"])
 
