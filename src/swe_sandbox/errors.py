@@ -14,6 +14,7 @@
     │   │   ├── ProtocolError        the runner sent something it should not have
     │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
     │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero
+    │   ├── EvaluationStepFailed     a grading step failed once the patch was in the sandbox: the patch's outcome
     │   └── ModelError               the model provider failed for good (after retries, or not retryable)
     └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history
         ├── FormatError              the model's reply could not be parsed into actions
@@ -106,6 +107,12 @@ class TaskFileError(ConfigError):
 
 class SetupFailed(SweSandboxError):
     """The task's ``setup_command`` exited non-zero: the instance's error, not the agent's."""
+
+
+class EvaluationStepFailed(SweSandboxError):
+    """A step of an evaluation (writing the patch, resetting a protected path) failed in the
+    sandbox once the graded patch was there: the patch's outcome (no verdict of resolved, never
+    retried), not the infrastructure's (``swe_sandbox.batch.evaluation``)."""
 
 
 class ProtocolError(SandboxError):

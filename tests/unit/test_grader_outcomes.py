@@ -47,7 +47,8 @@ def test_xpass():
 """
 
 
-def run_pytest(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[outcomes.PluginFiles, str, str]:
+def run_pytest(tmp_path: Path, files: dict[str, str], *args: str,
+               loads: bool = True) -> tuple[outcomes.PluginFiles, str, str]:
     """Run pytest in ``tmp_path/repo`` (holding ``files``) under a fresh plugin; return the plugin,
     the outcome file's text and pytest's output."""
     repo, grader = tmp_path / "repo", tmp_path / "grader"
@@ -62,7 +63,7 @@ def run_pytest(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[outco
         [sys.executable, "-m", "pytest", "-rA", "-p", "no:cacheprovider", *args])
     done = subprocess.run(["bash", "-c", command], cwd=repo, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
-    assert not (grader / f"{plugin.module}.key").exists()  # read once, then gone
+    assert (grader / f"{plugin.module}.key").exists() is not loads  # read once, then gone
     record_file = grader / plugin.outcome_file
     return plugin, record_file.read_text() if record_file.exists() else "", done.stdout + done.stderr
 
@@ -168,11 +169,42 @@ def test_fix():
     assert not outcomes.verify(records, plugin.key).usable
 
 
-def test_the_repository_cannot_shadow_pytest(tmp_path):
-    """A ``pytest/`` package in the repository root is not what ``python -m pytest`` runs
-    (``PYTHONSAFEPATH``)."""
+def test_a_pytest_package_in_the_repository_proves_nothing(tmp_path):
+    """A ``pytest/`` package in the repository root is what ``python -m pytest`` runs (the current
+    directory comes first, as the task's command expects): it never loads the plugin, so nothing
+    is proven (the policy removes such a package before the tests, a protected path)."""
     fake = {"pytest/__init__.py": "", "pytest/__main__.py": "print('PASSED test_h.py::test_fix')\n",
             "test_h.py": FAILING}
-    plugin, records, output = run_pytest(tmp_path, fake)
+    plugin, records, output = run_pytest(tmp_path, fake, loads=False)
+    assert "PASSED test_h.py::test_fix" in output
+    assert not outcomes.verify(records, plugin.key).usable
+
+
+SWALLOW = """
+import _pytest.runner
+
+original = _pytest.runner.CallInfo.from_call
+
+def from_call(func, when, reraise=None):
+    info = original(func, when, reraise)
+    info.excinfo = None
+    return info
+
+_pytest.runner.CallInfo.from_call = from_call
+"""
+NO_RUN = """
+import _pytest.python
+
+_pytest.python.Function.runtest = lambda self: None
+"""
+
+
+@pytest.mark.parametrize("payload", [SWALLOW, NO_RUN], ids=["swallow-failures", "no-op-runtest"])
+def test_code_that_rewrites_the_runner_proves_nothing(tmp_path, payload):
+    """Library code imported by the test module replaces the parts of pytest that run the test
+    and make its report (found by helper-3's review): the records say so, the log proves nothing."""
+    files = {"toy.py": payload, "test_i.py": "import toy\n\ndef test_fix():\n    assert False\n"}
+    plugin, records, output = run_pytest(tmp_path, files)
+    assert "1 passed" in output  # what pytest itself now reports
     found = outcomes.verify(records, plugin.key)
-    assert found.status_map == {"test_h.py::test_fix": "FAILED"}, output
+    assert not found.usable and "replaced pytest's" in found.problems[0], found

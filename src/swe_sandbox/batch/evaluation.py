@@ -43,7 +43,7 @@ from swe_sandbox.batch import grading
 from swe_sandbox.batch.integrity import outcomes, patch_policy
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
-from swe_sandbox.errors import ConnectionLost, SandboxDied
+from swe_sandbox.errors import ConnectionLost, EvaluationStepFailed, SandboxDied
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -189,16 +189,31 @@ def _refused(task: Task, patch: str, refused: list[str], log: str = "") -> EvalR
 
 def _run(environment: Environment, task: Task, patch: str, timeout: float, policy: str,
          check: patch_policy.PatchCheck) -> EvalResult:
+    """Grade ``patch`` in ``environment``. Once the patch is in the sandbox, a failed step or a
+    death of the sandbox is the patch's outcome, unless the link or the engine failed."""
     log: list[str] = []
-    strict = policy == STRICT
+    try:
+        return _grade_in(environment, task, patch, timeout, policy == STRICT, check, log)
+    except EvaluationStepFailed as exc:
+        return _failed(task, patch, PATCH_FAILED, str(exc), "\n".join(log[1:]) + "\n")
+    except SandboxDied as exc:
+        if not log or isinstance(exc, ConnectionLost) or type(environment).unavailable_reason() is not None:
+            raise  # before the patch, the link or the engine: no verdict
+        return _died(task, patch, exc, "\n".join(log[1:]))
+
+
+def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
+              check: patch_policy.PatchCheck, log: list[str]) -> EvalResult:
+    """``_run``'s steps; ``log`` gets a first entry once the patch is in the sandbox."""
     before = steps.tree_state(environment) if strict else None
     refused = steps.through_symlinks(environment, check.paths) if strict else []
     if refused:
         return _refused(task, patch, refused)
+    log.append("the patch is in the sandbox")
     applied = _apply_model_patch(environment, patch, log)
     if applied is None:
         log.append(grading.APPLY_PATCH_FAIL)
-        return _failed(task, patch, PATCH_FAILED, "the patch does not apply", "\n".join(log) + "\n")
+        return _failed(task, patch, PATCH_FAILED, "the patch does not apply", "\n".join(log[1:]) + "\n")
     log.append(f"{grading.APPLY_PATCH_PASS} ({applied})")
     test_paths = patch_policy.check_patch(task.test_patch, allow_binary=True, allow_compiled=True).paths \
         if task.test_patch.strip() else []
@@ -206,9 +221,8 @@ def _run(environment: Environment, task: Task, patch: str, timeout: float, polic
     if before is not None:
         refused = steps.stray_changes(environment, check.paths, before)
         dropped, more = _protect(environment, task, check.paths, test_paths)
-        refused += more
-        if refused:
-            return _refused(task, patch, refused, "\n".join(log) + "\n")
+        if refused or more:
+            return _refused(task, patch, refused + more, "\n".join(log[1:]) + "\n")
         log += [f"dropped {d['path']}: {d['why']}" for d in dropped]
     else:
         steps.checkout_base(environment, test_paths)
@@ -218,8 +232,8 @@ def _run(environment: Environment, task: Task, patch: str, timeout: float, polic
         log.append(result["output"])
         if result["returncode"] != 0:
             log.append(grading.TESTS_ERROR)
-            return _failed(task, patch, ERROR, "test_patch does not apply", "\n".join(log) + "\n")
-    graded = _test(environment, task, patch, timeout, strict, "\n".join(log))
+            return _failed(task, patch, ERROR, "test_patch does not apply", "\n".join(log[1:]) + "\n")
+    graded = _test(environment, task, patch, timeout, strict, "\n".join(log[1:]))
     graded.apply_command, graded.dropped = applied, dropped
     return graded
 
@@ -232,6 +246,8 @@ def _protect(environment: Environment, task: Task, paths: list[str],
                for p in patch_policy.protected_paths(paths, patterns)}
     reasons.update({p: "a file test_patch touches (reset to the base before it, as SWE-bench does)"
                     for p in paths if p in set(test_paths)})
+    reasons.update({p: f"a new module shadowing the standard library's {module.rsplit('/', 1)[-1]}"
+                    for p, module in _new_shadows(environment, paths).items()})
     configs = [p for p in paths if p.rsplit("/", 1)[-1] in patch_policy.RUNNER_CONFIG_FILES and p not in reasons]
     reasons.update({p: "changes the test runner's configuration" for p in steps.config_changes(environment, configs)})
     if task.on_protected == "refuse" and reasons:
@@ -239,23 +255,25 @@ def _protect(environment: Environment, task: Task, paths: list[str],
     return steps.reset_protected(environment, sorted(reasons), reasons), []
 
 
+def _new_shadows(environment: Environment, paths: list[str]) -> dict[str, str]:
+    """``patch_policy.stdlib_shadows`` of ``paths`` whose module the base commit does not have."""
+    shadows = patch_policy.stdlib_shadows(paths)
+    roots = sorted(set(shadows.values()))
+    absent = set(steps.absent_at_head(environment, roots + [f"{r}.py" for r in roots]))
+    return {p: m for p, m in shadows.items() if m in absent and f"{m}.py" in absent}
+
+
 def _test(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
           before: str) -> EvalResult:
-    """Run ``eval_command`` (strict: under the grader's plugin) and grade it; a sandbox that dies
-    meanwhile is the patch's outcome unless its engine is gone."""
+    """Run ``eval_command`` (strict: under the grader's plugin) and grade it."""
     plugin = outcomes.new_plugin() if strict and task.log_parser == grading.PYTEST_PARSER else None
     prefix = ""
     if plugin is not None:
         sh(environment, write_file(f"{plugin.module}.py", plugin.source, directory=GRADER_DIR) + "\n" +
            write_file(f"{plugin.module}.key", plugin.key, directory=GRADER_DIR), check=True)
         prefix = outcomes.plugin_env(plugin, GRADER_DIR)
-    try:
-        result = steps.execute(environment, prefix + (task.eval_command or "true"), timeout)
-        records = sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin else ""
-    except SandboxDied as exc:
-        if isinstance(exc, ConnectionLost) or type(environment).unavailable_reason() is not None:
-            raise  # the connection or the engine failed, not the sandbox: no verdict
-        return _died(task, patch, exc, before)
+    result = steps.execute(environment, prefix + (task.eval_command or "true"), timeout)
+    records = sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin else ""
     timed_out = bool(result["extra"].get("timed_out"))
     if plugin is not None:
         graded = grade_outcomes(task, patch, outcomes.verify(records, plugin.key), timed_out)

@@ -2,8 +2,7 @@
 
 The evaluation writes the grader's pytest plugin (``pytest_plugin.py`` beside this module) into
 the sandbox under a random module name, with a fresh 256-bit key in a file beside it, and runs
-``eval_command`` with ``plugin_env`` (the plugin loaded first through ``PYTEST_PLUGINS``; the
-repository kept off the interpreter's start path with ``PYTHONSAFEPATH``). The plugin reads and
+``eval_command`` with ``plugin_env`` (the plugin loaded first through ``PYTEST_PLUGINS``). The plugin reads and
 unlinks the key, then appends one authenticated record a line to its outcome file while the tests
 run. After the command, the host reads that file and ``verify`` decides what it proves.
 
@@ -14,6 +13,8 @@ Rules (each a reason the log proves nothing, so the instance is unresolved):
 - the session must have started and ended (``end`` with pytest's exit status) and nothing may
   follow its end; pytest's exit status must be 0 (all passed) or 1 (some failed) and agree with
   the records (0 with a failed test is a rewritten report);
+- no record may say that the parts of pytest that run and report a test were replaced since the
+  plugin was imported (``pytest_plugin._WATCHED``);
 - a test's status is the *worst* of its records (setup, call, teardown; the report pytest made
   and what ``call.excinfo`` said), never the last one seen.
 
@@ -88,12 +89,13 @@ def new_plugin() -> PluginFiles:
 
 def plugin_env(plugin: PluginFiles, directory: str) -> str:
     """Shell ``export`` lines that load ``plugin`` (written to ``directory``) into every pytest the
-    next command starts, before anything of the repository's, and keep the current directory off
-    Python's start path (``PYTHONSAFEPATH``, Python >= 3.11: ``python -m pytest`` cannot import a
-    ``pytest/`` of the repository; the protected paths remove one anyway)."""
+    next command starts, before anything of the repository's (``conftest.py``, test modules).
+
+    The current directory stays on Python's start path as the task's command expects (``python
+    -m pytest`` imports the repository's package from there): what could shadow the runner from
+    there is a protected path (``patch_policy``), removed before the tests run."""
     return (f"export PYTHONPATH={directory}${{PYTHONPATH:+:$PYTHONPATH}} "
-            f"PYTEST_PLUGINS=${{PYTEST_PLUGINS:+$PYTEST_PLUGINS,}}{plugin.module} PYTHONSAFEPATH=1 "
-            "PYTHONNOUSERSITE=1; ")
+            f"PYTEST_PLUGINS=${{PYTEST_PLUGINS:+$PYTEST_PLUGINS,}}{plugin.module} PYTHONNOUSERSITE=1; ")
 
 
 def verify(text: str, key: str) -> Outcomes:
@@ -114,6 +116,9 @@ def verify(text: str, key: str) -> Outcomes:
         return Outcomes(records=len(records), problems=["the pytest session did not end (killed, or it exited early)"])
     if ends[0] != len(records) - 1:
         return Outcomes(records=len(records), problems=["records follow the end of the session"])
+    tampered = sorted({name for r in records for name in r.get("tampered") or ()})
+    if tampered:
+        return Outcomes(records=len(records), problems=[f"the code under test replaced pytest's {', '.join(tampered)}"])
     result.exitstatus = int(records[-1].get("exitstatus", -1))
     result.status_map = _statuses(records)
     result.problems = _exit_problems(result.exitstatus, result.status_map)

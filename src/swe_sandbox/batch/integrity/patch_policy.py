@@ -22,6 +22,7 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import sys
 import tomllib
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -512,6 +513,28 @@ def parse_symlink_probe(output: str, paths: Iterable[str]) -> list[str]:
 #: so ``<name>.py`` or ``<name>/`` there shadows the real one.
 RUNNER_MODULES = ("pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "pygments", "exceptiongroup",
                   "tomli")
+
+#: Directories of the repository on ``sys.path`` before pytest loads its plugins: the root (``python
+#: -m pytest`` puts the current directory first) and ``src/`` (an editable install of a src-layout
+#: project puts it on the path at interpreter start).
+START_PATH_DIRS = ("", "src")
+
+
+def stdlib_shadows(paths: Iterable[str]) -> dict[str, str]:
+    """``{path: module}`` for each of ``paths`` that is a module or package directly in one of
+    ``START_PATH_DIRS`` named like a standard-library module (``shlex.py``, ``json/__init__.py``):
+    imported there instead of the real one by pytest's start-up, it runs before the grader's
+    plugin. Only a *new* such file is an attack (the caller checks the base commit: a project's own
+    module of that name is its code)."""
+    found = {}
+    for path in paths:
+        head, _, rest = path.partition("/")
+        where, name = ("src", rest) if head == "src" and rest else ("", path)
+        module = name.split("/", 1)[0].removesuffix(".py")
+        if (name.endswith(".py") or "/" in name) and module in sys.stdlib_module_names:
+            found[path] = f"{where + '/' if where else ''}{module}"
+    return found
+
 
 #: The default protected patterns (see :func:`protected_paths` for the syntax), each with its reason:
 DEFAULT_PROTECTED: tuple[str, ...] = (

@@ -14,9 +14,13 @@ HMAC-SHA256 over its bytes, so a record cannot be forged, changed, dropped or re
 that does not hold the key: a line printed by the code under test is not a record, and a record
 the code under test deletes leaves a gap the host sees.
 
+It also notes, in every record, which of the parts of pytest that run a test and report it
+(``_WATCHED``) are no longer what they were when it was imported: code under test that rewrites
+them (a no-op ``runtest``, a ``CallInfo`` that swallows failures) makes the records prove nothing.
+
 What it cannot stop: code under test runs in this very process and can reach this module's
-state (the HMAC object, the file descriptor) through the interpreter; the README's Security
-section says so.
+state (the HMAC object, the file descriptor, ``_ORIGINAL``) through the interpreter; the README's
+Security section says so.
 """
 
 import hashlib
@@ -63,6 +67,36 @@ def _emit(kind, **fields):
 
 _emit("start", pytest=getattr(pytest, "__version__", "?"), python=sys.version.split()[0], pid=os.getpid())
 
+#: The parts of pytest (and pluggy) that run a test and make its report: ``(module, dotted name)``.
+#: Code under test that replaces one (a no-op ``runtest``, a ``CallInfo.from_call`` that swallows
+#: the failure, a hook caller that skips this plugin) changes what they are; each record says
+#: which changed since this plugin was imported, before any code of the repository.
+_WATCHED = (
+    ("_pytest.runner", "CallInfo.from_call"), ("_pytest.runner", "call_runtest_hook"),
+    ("_pytest.runner", "call_and_report"), ("_pytest.runner", "runtestprotocol"),
+    ("_pytest.runner", "pytest_runtest_call"), ("_pytest.python", "Function.runtest"),
+    ("_pytest.python", "pytest_pyfunc_call"), ("_pytest.unittest", "TestCaseFunction.runtest"),
+    ("_pytest.reports", "TestReport.from_item_and_call"), ("_pytest.skipping", "pytest_runtest_makereport"),
+    ("_pytest.outcomes", "fail"), ("_pytest.outcomes", "skip"), ("_pytest.outcomes", "xfail"),
+    ("pluggy._hooks", "HookCaller.__call__"), ("pluggy._hooks", "_HookCaller.__call__"),
+    ("pluggy._manager", "PluginManager._hookexec"), ("pluggy._callers", "_multicall"),
+    ("hmac", "HMAC.copy"), ("hmac", "HMAC.update"), ("hmac", "HMAC.hexdigest"), ("os", "write"),
+)
+
+
+def _lookup(module, dotted):
+    found = sys.modules.get(module)
+    for part in dotted.split("."):
+        found = None if found is None else found.__dict__.get(part) if hasattr(found, "__dict__") else None
+    return found
+
+
+_ORIGINAL = [(m, d, _lookup(m, d)) for m, d in _WATCHED]
+
+
+def _tampered():
+    return ["%s.%s" % (m, d) for m, d, then in _ORIGINAL if _lookup(m, d) is not then]
+
 
 def _markers(item):
     names = set()
@@ -96,7 +130,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_runtest_logreport(report):
     truth, markers = _STATE["truth"].pop((report.nodeid, report.when), (None, None))
     _emit("test", id=_shown(report.nodeid), when=report.when, outcome=report.outcome,
-          wasxfail=hasattr(report, "wasxfail"), truth=truth, markers=markers)
+          wasxfail=hasattr(report, "wasxfail"), truth=truth, markers=markers, tampered=_tampered())
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -121,4 +155,5 @@ def _shown(nodeid):
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    _emit("end", exitstatus=int(exitstatus), testsfailed=int(getattr(session, "testsfailed", 0) or 0))
+    _emit("end", exitstatus=int(exitstatus), testsfailed=int(getattr(session, "testsfailed", 0) or 0),
+          tampered=_tampered())

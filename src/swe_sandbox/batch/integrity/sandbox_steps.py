@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from swe_sandbox.batch.integrity import patch_policy
+from swe_sandbox.errors import EvaluationStepFailed
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.environments.base import Environment
@@ -46,13 +47,12 @@ def sh(environment: Environment, command: str, *, check: bool = False) -> dict[s
     """One step (``STEP_TIMEOUT_S``).
 
     Raises:
-        SandboxError: ``check`` and the step exited non-zero.
+        EvaluationStepFailed: ``check`` and the step exited non-zero.
     """
     result = execute(environment, command, STEP_TIMEOUT_S)
     if check and result["returncode"] != 0:
-        from swe_sandbox.errors import SandboxError
-
-        raise SandboxError(f"evaluation step failed ({result['returncode']}): {result['output'][-300:]}")
+        raise EvaluationStepFailed(f"an evaluation step failed ({result['returncode']}): "
+                                   f"{result['output'][-300:].strip()}")
     return result
 
 
@@ -116,6 +116,16 @@ def reset_protected(environment: Environment, paths: Sequence[str], reasons: dic
               "rm -rf -- \"$p\"; git checkout HEAD -- \"$p\"; else rm -rf -- \"$p\"; fi; done")
     sh(environment, script, check=True)
     return [{"path": p, "why": reasons.get(p, "protected")} for p in paths]
+
+
+def absent_at_head(environment: Environment, paths: Sequence[str]) -> list[str]:
+    """Which of ``paths`` the base commit (HEAD) does not have."""
+    if not paths:
+        return []
+    quoted = " ".join(shlex.quote(p) for p in paths)
+    output = sh(environment, f"for p in {quoted}; do git cat-file -e \"HEAD:$p\" 2>/dev/null || "
+                             "printf '%s\\n' \"$p\"; done; true")["output"]
+    return [p for p in output.splitlines() if p in set(paths)]
 
 
 def config_changes(environment: Environment, paths: Sequence[str]) -> list[str]:
