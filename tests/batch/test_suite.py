@@ -18,6 +18,10 @@ from swe_sandbox.batch import load_tasks
 from helpers.variants import require_backend
 
 
+#: The label that tells this test's containers apart.
+LABEL = "swe-sandbox.test"
+
+
 def git(repo, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout
 
@@ -60,23 +64,24 @@ def _defines(file, path: list[str]) -> bool:
 @pytest.mark.docker
 def test_suite_replayed_on_docker_resolves_as_recorded(suite, tmp_path):
     require_backend("docker")
-    before = _suite_containers()
+    label = f"suite-{tmp_path.name}"  # this batch's containers, apart from other runs' on the same images
     out = tmp_path / "out"
     done = run([sys.executable, "-m", "swe_sandbox", "batch", str(suite / "tasks.jsonl"), "-o", str(out),
-                "--env", "docker", "-w", "4", "--eval", *replay_args(suite)], timeout=600)
+                "--env", "docker", "-w", "4", "--eval", *replay_args(suite),
+                "-c", f'environment.labels={{"{LABEL}": "{label}"}}'], timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((out / "report.json").read_text())
     expected = sorted(r["instance_id"] for r in rows(build=suite) if r["instance_id"] != SCRIPTED_FAILURE)
     assert report["resolved_ids"] == expected and report["unresolved_ids"] == [SCRIPTED_FAILURE]
     assert f"resolved: {len(expected)}/{len(expected) + 1}" in done.stdout
     deadline = time.monotonic() + 10  # removal by the engine may lag a moment behind the batch's exit
-    while (left := _suite_containers() - before) and time.monotonic() < deadline:
+    while (left := _containers(label)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"containers of this batch left: {left}"
 
 
-def _suite_containers() -> set[str]:
-    """Ids of docker containers (any state) made from the suite's images."""
-    done = subprocess.run(["docker", "ps", "-aq", "--filter", "ancestor=swe-sandbox-suite/env"],
+def _containers(label: str) -> set[str]:
+    """Ids of docker containers (any state) labelled ``LABEL=label``."""
+    done = subprocess.run(["docker", "ps", "-aq", "--filter", f"label={LABEL}={label}"],
                           capture_output=True, text=True)
     return set(done.stdout.split())
