@@ -17,7 +17,6 @@ from swe_sandbox.batch import load_tasks
 
 from helpers.variants import require_backend
 
-
 #: The label that tells this test's containers apart.
 LABEL = "swe-sandbox.test"
 

@@ -14,15 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from swe_sandbox.batch.integrity.patch_policy import (
+from swe_sandbox.batch.integrity.patch_policy import PatchCheck, check_patch, parse_symlink_probe, symlink_probe
+from swe_sandbox.batch.integrity.protected import (
     DEFAULT_PROTECTED,
     RUNNER_CONFIG_FILES,
-    PatchCheck,
-    check_patch,
-    parse_symlink_probe,
     protected_paths,
     runner_config_changed,
-    symlink_probe,
+    stdlib_shadows,
 )
 
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
@@ -548,3 +546,10 @@ def test_both_unparsable_compares_text():
 def test_other_files_are_not_runner_config():
     assert set(RUNNER_CONFIG_FILES) == {"setup.cfg", "pyproject.toml", "tox.ini"}
     assert runner_config_changed("pkg/core.py", "a", "b") is False
+
+
+def test_stdlib_shadows_at_the_root_and_in_src():
+    """Modules named like the standard library's, where pytest's start-up would import them first
+    (the caller keeps only the new ones)."""
+    paths = ["shlex.py", "json/__init__.py", "src/os.py", "src/pkg/os.py", "pkg/shlex.py", "email", "README.md"]
+    assert stdlib_shadows(paths) == {"shlex.py": "shlex", "json/__init__.py": "json", "src/os.py": "src/os"}

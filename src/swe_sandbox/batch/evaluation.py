@@ -14,7 +14,7 @@ Two grading policies (``GRADING_POLICIES``; the task's ``grading`` field, else t
    symlinks, binary hunks and compiled files are refused (status ``patch_refused``, reward 0);
 2. it is applied with SWE-bench's chain (``GIT_APPLY_CMDS``); what it changed beyond the paths it
    names, or in ``.git``, refuses it;
-3. protected paths it touched (``patch_policy.protected_paths``: the files ``test_patch`` touches,
+3. protected paths it touched (``protected.protected_paths``: the files ``test_patch`` touches,
    test directories, ``conftest.py``, test-runner configuration and shadows of the runner; the
    task's ``protected_paths``) are reset to HEAD, or (``on_protected: refuse``) refuse it; the
    verdict lists each dropped path and why;
@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from swe_sandbox.batch import grading
-from swe_sandbox.batch.integrity import outcomes, patch_policy
+from swe_sandbox.batch.integrity import outcomes, patch_policy, protected
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
 from swe_sandbox.errors import ConnectionLost, EvaluationStepFailed, SandboxDied
@@ -241,14 +241,14 @@ def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, 
 def _protect(environment: Environment, task: Task, paths: list[str],
              test_paths: list[str]) -> tuple[list[dict[str, str]], list[str]]:
     """Reset (or refuse, ``on_protected: refuse``) the protected paths the patch touched."""
-    patterns = patch_policy.DEFAULT_PROTECTED if task.protected_paths is None else tuple(task.protected_paths)
+    patterns = protected.DEFAULT_PROTECTED if task.protected_paths is None else tuple(task.protected_paths)
     reasons = {p: "a protected path (test files, test-runner configuration or a shadow of the runner)"
-               for p in patch_policy.protected_paths(paths, patterns)}
+               for p in protected.protected_paths(paths, patterns)}
     reasons.update({p: "a file test_patch touches (reset to the base before it, as SWE-bench does)"
                     for p in paths if p in set(test_paths)})
     reasons.update({p: f"a new module shadowing the standard library's {module.rsplit('/', 1)[-1]}"
                     for p, module in _new_shadows(environment, paths).items()})
-    configs = [p for p in paths if p.rsplit("/", 1)[-1] in patch_policy.RUNNER_CONFIG_FILES and p not in reasons]
+    configs = [p for p in paths if p.rsplit("/", 1)[-1] in protected.RUNNER_CONFIG_FILES and p not in reasons]
     reasons.update({p: "changes the test runner's configuration" for p in steps.config_changes(environment, configs)})
     if task.on_protected == "refuse" and reasons:
         return [], [f"{p}: {why}" for p, why in sorted(reasons.items())]
@@ -256,8 +256,8 @@ def _protect(environment: Environment, task: Task, paths: list[str],
 
 
 def _new_shadows(environment: Environment, paths: list[str]) -> dict[str, str]:
-    """``patch_policy.stdlib_shadows`` of ``paths`` whose module the base commit does not have."""
-    shadows = patch_policy.stdlib_shadows(paths)
+    """``protected.stdlib_shadows`` of ``paths`` whose module the base commit does not have."""
+    shadows = protected.stdlib_shadows(paths)
     roots = sorted(set(shadows.values()))
     absent = set(steps.absent_at_head(environment, roots + [f"{r}.py" for r in roots]))
     return {p: m for p, m in shadows.items() if m in absent and f"{m}.py" in absent}

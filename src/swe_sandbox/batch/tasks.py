@@ -59,8 +59,8 @@ class Task(BaseModel):
     grading: Literal["strict", "swebench"] | None = None
     """The grading policy for this task (``swe_sandbox.batch.evaluation``); None: the run's."""
     protected_paths: list[str] | None = None
-    """Patterns of paths the model patch may not change for grading (``patch_policy.protected_paths``'
-    syntax); None: ``patch_policy.DEFAULT_PROTECTED``. The files ``test_patch`` touches always are."""
+    """Patterns of paths the model patch may not change for grading (``protected.protected_paths``'
+    syntax); None: ``protected.DEFAULT_PROTECTED``. The files ``test_patch`` touches always are."""
     on_protected: Literal["reset", "refuse"] = "reset"
     """What the strict policy does with a patch that touches a protected path: reset the path to
     the base commit (recorded in the verdict), or refuse the patch."""

@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from swe_sandbox.batch.integrity import patch_policy
+from swe_sandbox.batch.integrity import patch_policy, protected
 from swe_sandbox.errors import EvaluationStepFailed
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,7 +130,7 @@ def absent_at_head(environment: Environment, paths: Sequence[str]) -> list[str]:
 
 def config_changes(environment: Environment, paths: Sequence[str]) -> list[str]:
     """Which of ``paths`` (test-runner configuration files the patch touches) have test-runner
-    sections that differ from HEAD's (``patch_policy.runner_config_changed``)."""
+    sections that differ from HEAD's (``protected.runner_config_changed``)."""
     changed = []
     for path in paths:
         quoted = shlex.quote(path)
@@ -138,7 +138,7 @@ def config_changes(environment: Environment, paths: Sequence[str]) -> list[str]:
         after = sh(environment, f"cat -- {quoted}")
         old = before["output"] if before["returncode"] == 0 else None
         new = after["output"] if after["returncode"] == 0 else None
-        if patch_policy.runner_config_changed(path, old, new):
+        if protected.runner_config_changed(path, old, new):
             changed.append(path)
     return changed
 
