@@ -8,9 +8,9 @@ import json
 import subprocess
 
 import pytest
-from batch_fixtures import FIX, SUBMIT, batch_argv, calc_repo, calc_task, run, run_config, write_tasks  # noqa: F401
+from batch_fixtures import FIX, SUBMIT, batch_argv, calc_repo, calc_task, fix_patch, run, run_config, write_tasks  # noqa: F401
 
-from swe_sandbox.batch import load_tasks, run_batch
+from swe_sandbox.batch import load_tasks, run_batch, run_eval
 from swe_sandbox.batch.records import ResultsLog
 
 from helpers.variants import require_backend
@@ -56,3 +56,34 @@ def test_batch_with_eval_on_docker(calc_repo, tmp_path):
         ("d0", "resolved", "docker"), ("d1", "resolved", "docker")]
     assert json.loads((out / "report.json").read_text())["resolved_instances"] == 2
     assert own_containers(tmp_path.name) == []
+
+
+#: An agent's command that raises the runner's OOM score and fills the sandbox's memory: the OOM
+#: killer takes the runner and the sandbox dies (DESIGN.md §9: the agent's outcome, not the
+#: infrastructure's, so it is not run again for three times the model calls).
+KILL_THE_RUNNER = ("echo 1000 > /proc/1/oom_score_adj; echo 0 > /proc/self/oom_score_adj; "
+                   "python3 -c 'x = []\nwhile True: x.append(bytearray(32 << 20))'")
+
+
+def test_an_agent_that_kills_its_sandbox_is_done_in_one_attempt(calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task("oom", calc_repo)]))
+    env = {"backend": "docker", "memory": "256m", "labels": {"swe-sandbox.test": tmp_path.name}}
+    out = run_batch(tasks, tmp_path / "out", run_config=run_config([KILL_THE_RUNNER, SUBMIT]), env_config=env,
+                    max_attempts=3)
+    records = ResultsLog(out / "results.jsonl").read()
+    assert [(r.attempt, r.exit_status, r.done) for r in records] == [(1, "SandboxDied", True)], records
+    assert "gone" in records[0].error or "died" in records[0].error
+    assert own_containers(tmp_path.name) == []
+
+
+def test_the_evaluation_sandbox_has_no_network_unless_the_task_says(calc_repo, fix_patch, tmp_path):
+    """The agent's environment has a network (``bridge``); the evaluation's has only loopback, unless
+    the task's ``eval_network`` is ``on`` (the patch could send the hidden tests out)."""
+    only_loopback = "test \"$(ls /sys/class/net)\" = lo"
+    rows = [calc_task(name, calc_repo, FAIL_TO_PASS=[], PASS_TO_PASS=[], test_patch="", log_parser="exit_status",
+                      eval_command=only_loopback, **fields)
+            for name, fields in (("offline", {}), ("online", {"eval_network": "on"}))]
+    preds = [{"instance_id": r["instance_id"], "model_name_or_path": "m", "model_patch": fix_patch} for r in rows]
+    env = {"backend": "docker", "network": "bridge", "labels": {"swe-sandbox.test": tmp_path.name}}
+    report = run_eval(preds, load_tasks(write_tasks(tmp_path / "t.jsonl", rows)), tmp_path / "out", env_config=env)
+    assert (report["resolved_ids"], report["unresolved_ids"]) == (["offline"], ["online"])
