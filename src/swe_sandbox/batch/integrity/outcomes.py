@@ -2,7 +2,7 @@
 
 The evaluation writes the grader's pytest plugin (``pytest_plugin.py`` beside this module) into
 the sandbox under a random module name, with a fresh 256-bit key in a file beside it, and runs
-``eval_command`` with ``plugin_env`` (the plugin loaded first through ``PYTEST_PLUGINS``). The plugin reads and
+``eval_command`` with ``plugin_env`` (the plugin loaded first: ``-p`` in ``PYTEST_ADDOPTS``). The plugin reads and
 unlinks the key, then appends one authenticated record a line to its outcome file while the tests
 run. After the command, the host reads that file and ``verify`` decides what it proves.
 
@@ -89,13 +89,15 @@ def new_plugin() -> PluginFiles:
 
 def plugin_env(plugin: PluginFiles, directory: str) -> str:
     """Shell ``export`` lines that load ``plugin`` (written to ``directory``) into every pytest the
-    next command starts, before anything of the repository's (``conftest.py``, test modules).
+    next command starts, before anything of the repository's: ``-p`` in ``PYTEST_ADDOPTS`` is
+    imported before pytest loads the plugins of installed distributions (``pytest11`` entry
+    points), ``conftest.py`` files and test modules.
 
     The current directory stays on Python's start path as the task's command expects (``python
     -m pytest`` imports the repository's package from there): what could shadow the runner from
     there is a protected path (``patch_policy``), removed before the tests run."""
     return (f"export PYTHONPATH={directory}${{PYTHONPATH:+:$PYTHONPATH}} "
-            f"PYTEST_PLUGINS=${{PYTEST_PLUGINS:+$PYTEST_PLUGINS,}}{plugin.module} PYTHONNOUSERSITE=1; ")
+            f"PYTEST_ADDOPTS=\"-p {plugin.module}${{PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}}\" PYTHONNOUSERSITE=1; ")
 
 
 def verify(text: str, key: str) -> Outcomes:
@@ -128,16 +130,20 @@ def verify(text: str, key: str) -> Outcomes:
 
 
 def _records(text: str, key: str) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each line's record, checked: its MAC and its number in the sequence."""
+    """Each line's record, checked: its MAC and its number in the sequence. Never raises: the
+    text is the code under test's to write into (any bytes, any length)."""
     mac = hmac.new(key.encode("ascii"), digestmod=hashlib.sha256)
     records: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines()):
         digest, _, body = line.partition(" ")
         check = mac.copy()
-        check.update(body.encode("utf-8", "surrogateescape"))
-        if not hmac.compare_digest(check.hexdigest(), digest):
+        check.update(body.encode("utf-8", "backslashreplace"))  # the plugin's bodies are ASCII
+        if not hmac.compare_digest(check.hexdigest().encode("ascii"), digest.encode("utf-8", "backslashreplace")):
             return records, [f"outcome record {number + 1} is not the grader's (forged or changed)"]
-        record = json.loads(body)
+        try:
+            record = json.loads(body)
+        except ValueError:  # the grader's MAC over text that is not its JSON: cannot happen unforged
+            return records, [f"outcome record {number + 1} is not the grader's (not its JSON)"]
         if not isinstance(record, dict) or record.get("n") != number:
             return records, [f"outcome record {number + 1} is out of sequence (dropped or replayed)"]
         records.append(record)
@@ -187,6 +193,13 @@ def _exit_problems(exitstatus: int, status_map: dict[str, str]) -> list[str]:
     return []
 
 
+#: Bytes of the outcome file read back at most (the records of ~50,000 test phases): the code under
+#: test can make the file huge or sparse.
+MAX_OUTCOME_BYTES = 10 << 20
+
+
 def read_command(plugin: PluginFiles, directory: str) -> str:
-    """A command printing the outcome file (nothing when the tests never created it)."""
-    return f"cat {directory}/{plugin.outcome_file} 2>/dev/null; true"
+    """A command printing the outcome file's first ``MAX_OUTCOME_BYTES``: nothing unless it is a
+    regular file (not a link, a FIFO or a device the code under test put in its place)."""
+    path = f"{directory}/{plugin.outcome_file}"
+    return f"if [ -f {path} ] && [ ! -L {path} ]; then head -c {MAX_OUTCOME_BYTES} {path}; fi; true"

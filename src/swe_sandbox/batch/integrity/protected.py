@@ -78,7 +78,7 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     # path configuration files: a line starting with "import" runs at interpreter start
     "*.pth",
     # editable-install metadata in the working tree: an entry_points.txt [pytest11] entry registers
-    # a plugin pytest loads automatically
+    # a plugin pytest loads automatically (whatever the case: see METADATA_SUFFIXES)
     "**/*.egg-info/**", "**/*.dist-info/**",
     # pytest's cache: --lf, --ff and --sw choose the tests to run from it
     "**/.pytest_cache/**",
@@ -87,6 +87,18 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     # apply attempts)
     ".gitattributes", ".gitmodules", ".gitignore",
 )
+
+
+#: Directories ``importlib.metadata`` reads distributions from, compared in lower case as it does
+#: (``Lookup`` in CPython's ``importlib/metadata``): ``rtplug-1.0.DIST-INFO/entry_points.txt`` is a
+#: distribution whose ``[pytest11]`` plugin pytest loads before any other (found by a red team).
+#: Always protected, whatever the task's patterns.
+METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg")
+
+
+def is_metadata(path: str) -> bool:
+    """Whether ``path`` is in (or is) a distribution's metadata directory or an egg, in any case."""
+    return any(part.lower().endswith(METADATA_SUFFIXES) or part.lower() == "egg-info" for part in path.split("/"))
 
 
 def protected_paths(paths: Iterable[str], patterns: Sequence[str] = DEFAULT_PROTECTED,
@@ -103,12 +115,14 @@ def protected_paths(paths: Iterable[str], patterns: Sequence[str] = DEFAULT_PROT
         patterns (Sequence[str]): the protected patterns. Defaults to :data:`DEFAULT_PROTECTED`.
         extra (Iterable[str]): exact paths also protected: the files ``test_patch`` touches
             (SWE-bench resets those to the base commit before applying it). Defaults to none.
+            Distribution metadata (:func:`is_metadata`) is protected whatever ``patterns`` say.
 
     Returns:
         list[str]: the protected ones among ``paths``, sorted and unique.
     """
     exact = set(extra)
-    return sorted({path for path in paths if path in exact or any(_matches(p, path) for p in patterns)})
+    return sorted({path for path in paths
+                   if path in exact or is_metadata(path) or any(_matches(p, path) for p in patterns)})
 
 
 def _matches(pattern: str, path: str) -> bool:

@@ -2,7 +2,8 @@
 
 Not imported by swe-sandbox: ``swe_sandbox.batch.integrity.outcomes`` writes this file into the
 sandbox under a random module name, with a key file beside it, and has ``eval_command`` load it
-first (``PYTEST_PLUGINS``, before any ``conftest.py`` or test module is imported). Standard
+first (``-p`` in ``PYTEST_ADDOPTS``: before the plugins of installed distributions, any
+``conftest.py`` or test module). Standard
 library and pytest only; Python >= 3.6 and pytest >= 3.
 
 At import it reads the key and unlinks the key file (only the first pytest process of the
@@ -80,6 +81,7 @@ _WATCHED = (
     ("_pytest.outcomes", "fail"), ("_pytest.outcomes", "skip"), ("_pytest.outcomes", "xfail"),
     ("pluggy._hooks", "HookCaller.__call__"), ("pluggy._hooks", "_HookCaller.__call__"),
     ("pluggy._manager", "PluginManager._hookexec"), ("pluggy._callers", "_multicall"),
+    ("unittest.case", "TestCase.run"), ("unittest.case", "TestCase.__call__"),
     ("hmac", "HMAC.copy"), ("hmac", "HMAC.update"), ("hmac", "HMAC.hexdigest"), ("os", "write"),
 )
 
