@@ -216,3 +216,25 @@ def test_importing_swe_sandbox_does_not_import_swebench():
     code = "import sys, swe_sandbox, swe_sandbox.batch, swe_sandbox.batch.evaluation; print('swebench' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_an_eval_command_task_may_name_a_swebench_parser(tmp_path):
+    """Our own format (``eval_command``, we apply ``test_patch``) graded by ``parse_log_sympy``:
+    the report is the package's on the log we write (its markers and exit code line)."""
+    from swe_sandbox.batch import grading
+    from swe_sandbox.batch.evaluation import grade_swebench
+
+    task = Task(instance_id="s-1", problem_statement="p", eval_command="bin/test -v t.py", log_parser="parse_log_sympy",
+                FAIL_TO_PASS=["test_fixed"], PASS_TO_PASS=["test_kept"])
+    output = "t.py[2]\ntest_fixed ok\ntest_kept ok\n\n================== tests finished: 2 passed ==================\n"
+    log = grading.test_log(output, 0, False, before=grading.APPLY_PATCH_PASS)
+    ours = grade_swebench(task, "diff", log, False)
+    (tmp_path / "test_output.txt").write_text(log)
+    spec = make_test_spec({"instance_id": "s-1", "image": "", "repo": "", "version": "", "eval_script": "",
+                           "FAIL_TO_PASS": task.FAIL_TO_PASS, "PASS_TO_PASS": task.PASS_TO_PASS,
+                           "log_parser": "parse_log_sympy", "eval_type": "pass_and_fail"})
+    pred = {"instance_id": "s-1", "model_name_or_path": "m", "model_patch": "diff"}
+    assert ours.resolved and ours.report == swebench_grading.get_eval_report(spec, pred, str(tmp_path / "test_output.txt"),
+                                                                             include_tests_status=True)
+    failed = grade_swebench(task, "diff", log.replace("test_fixed ok", "test_fixed F"), False)
+    assert failed.status == "unresolved" and failed.report["s-1"]["tests_status"]["FAIL_TO_PASS"]["failure"] == ["test_fixed"]
