@@ -238,3 +238,16 @@ def test_an_eval_command_task_may_name_a_swebench_parser(tmp_path):
                                                                              include_tests_status=True)
     failed = grade_swebench(task, "diff", log.replace("test_fixed ok", "test_fixed F"), False)
     assert failed.status == "unresolved" and failed.report["s-1"]["tests_status"]["FAIL_TO_PASS"]["failure"] == ["test_fixed"]
+
+
+def test_without_the_extra_a_swebench_parser_names_it(tmp_path):
+    """``swebench`` not importable (blocked in a fresh interpreter): the load fails, naming the extra."""
+    import subprocess
+    import sys
+
+    path = write_tasks(tmp_path / "t.jsonl", [_row(eval_command="pytest -rA", log_parser="parse_log_pytest")])
+    code = ("import sys; sys.modules['swebench'] = None\nfrom swe_sandbox.batch import TaskFileError, load_tasks\n"
+            f"try:\n    load_tasks({str(path)!r})\nexcept TaskFileError as exc:\n    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "line 1: log_parser: unknown 'parse_log_pytest' here" in done.stdout
+    assert "pip install 'swe-sandbox[swebench]'" in done.stdout
