@@ -22,6 +22,12 @@ Two grading policies (``GRADING_POLICIES``; the task's ``grading`` field, else t
    first (``integrity.outcomes``): outcomes are read from its authenticated records, never from
    the log, and a FAIL_TO_PASS test must PASS (an XFAIL or skip the code called for is not one).
 
+A task with an ``eval_script`` (SWE-bench 5's shape, ``swe_sandbox.batch.swebench_instances``)
+keeps steps 1 to 3 under ``strict``; then its script runs as the harness runs it (it checks the
+test files out and applies ``test_patch`` itself: never a second time), and the ``swebench``
+package grades the log (``get_eval_report``), as for any task whose ``log_parser`` is in its
+registry.
+
 ``swebench``: SWE-bench's harness exactly (``run_evaluation.py``; documented as forgeable): the
 chain, the files ``test_patch`` modifies checked out from HEAD, ``test_patch``, the log parsed.
 
@@ -224,8 +230,19 @@ def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, 
         if refused or more:
             return _refused(task, patch, refused + more, "\n".join(log[1:]) + "\n")
         log += [f"dropped {d['path']}: {d['why']}" for d in dropped]
-    else:
+    elif not task.eval_script:  # an eval_script checks the test files out itself
         steps.checkout_base(environment, test_paths)
+    if task.eval_script:  # it applies test_patch itself: never a second time
+        graded = _test_script(environment, task, patch, timeout, "\n".join(log[1:]))
+    else:
+        graded = _test_patched(environment, task, patch, timeout, strict, log)
+    graded.apply_command, graded.dropped = applied, dropped
+    return graded
+
+
+def _test_patched(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
+                  log: list[str]) -> EvalResult:
+    """Our own task format: apply ``test_patch``, then run ``eval_command`` and grade it."""
     if task.test_patch.strip():
         result = sh(environment, write_file("test.patch", task.test_patch,
                                             then=f"git apply --verbose {PATCH_DIR}/test.patch"))
@@ -233,9 +250,7 @@ def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, 
         if result["returncode"] != 0:
             log.append(grading.TESTS_ERROR)
             return _failed(task, patch, ERROR, "test_patch does not apply", "\n".join(log[1:]) + "\n")
-    graded = _test(environment, task, patch, timeout, strict, "\n".join(log[1:]))
-    graded.apply_command, graded.dropped = applied, dropped
-    return graded
+    return _test(environment, task, patch, timeout, strict, "\n".join(log[1:]))
 
 
 def _protect(environment: Environment, task: Task, paths: list[str],
@@ -275,13 +290,41 @@ def _test(environment: Environment, task: Task, patch: str, timeout: float, stri
     result = steps.execute(environment, prefix + (task.eval_command or "true"), timeout)
     records = sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin else ""
     timed_out = bool(result["extra"].get("timed_out"))
+    log = grading.test_log(result["output"], result["returncode"], timed_out, before=before)
     if plugin is not None:
         graded = grade_outcomes(task, patch, outcomes.verify(records, plugin.key), timed_out)
+    elif task.graded_by_swebench:
+        graded = grade_swebench(task, patch, log, timed_out)
     else:
         graded = grade(task, patch, result["output"], result["returncode"], timed_out)
-    graded.returncode = result["returncode"]
-    graded.log = grading.test_log(result["output"], result["returncode"], timed_out, before=before)
+    graded.returncode, graded.log = result["returncode"], log
     return graded
+
+
+def _test_script(environment: Environment, task: Task, patch: str, timeout: float, before: str) -> EvalResult:
+    """Run the task's ``eval_script`` as SWE-bench's harness does and grade its log with the
+    ``swebench`` package; the exit code recorded is the test command's, as the harness records it."""
+    from swe_sandbox.batch import swebench_instances as swe
+
+    result = swe.run_eval_script(environment, task, timeout)
+    timed_out = bool(result["extra"].get("timed_out"))
+    log = swe.harness_log(before, result["output"], timed_out, timeout)
+    graded = grade_swebench(task, patch, log, timed_out)
+    graded.returncode, graded.log = swe.test_exit_code(log), log
+    return graded
+
+
+def grade_swebench(task: Task, patch: str, log: str, timed_out: bool) -> EvalResult:
+    """The verdict of the ``swebench`` package on ``log`` (``get_eval_report``: the task's parser,
+    ``eval_type`` and the FAIL_TO_PASS / PASS_TO_PASS rules); the report is its own. A timeout is
+    status ``timeout`` (the harness writes no report for it)."""
+    from swe_sandbox.batch import swebench_instances as swe
+
+    report = swe.grade_log(task, patch, log)
+    resolved = not timed_out and bool(report[task.instance_id]["resolved"])
+    status = TIMEOUT if timed_out else (RESOLVED if resolved else UNRESOLVED)
+    return EvalResult(instance_id=task.instance_id, status=status, resolved=resolved, reward=float(resolved),
+                      report=report, patch=patch)
 
 
 def _died(task: Task, patch: str, exc: SandboxDied, before: str) -> EvalResult:

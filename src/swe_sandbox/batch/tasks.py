@@ -47,6 +47,12 @@ class Task(BaseModel):
     """Diff applied only at evaluation, never shown to the agent (SWE-bench's hidden tests)."""
     eval_command: str = ""
     """Run at evaluation after the model patch and ``test_patch`` are applied."""
+    eval_script: str = ""
+    """SWE-bench 5's own eval script (it checks out the test files, applies ``test_patch`` itself
+    and prints the markers): run as the harness runs it, instead of ``test_patch`` and
+    ``eval_command`` (``swe_sandbox.batch.swebench_instances``)."""
+    eval_type: Literal["pass_and_fail", "fail_only"] | None = None
+    """swebench's ``EvalType`` for a task graded by a swebench parser; None: ``pass_and_fail``."""
     FAIL_TO_PASS: list[str] = Field(default_factory=list)
     """Tests the patch must make pass (a list, or a JSON string of one, as SWE-bench stores them)."""
     PASS_TO_PASS: list[str] = Field(default_factory=list)
@@ -54,8 +60,10 @@ class Task(BaseModel):
     eval_timeout: float | None = Field(default=None, gt=0)
     """Seconds ``eval_command`` may run for this task; None: the run's (``--eval-timeout``)."""
     log_parser: str = "pytest"
-    """How test outcomes are read from the eval output: ``pytest`` (``-rA`` lines; under the strict
-    grading policy, the grader plugin's records) or ``exit_status``."""
+    """How test outcomes are read from the eval output: ours, ``pytest`` (``-rA`` lines; under the
+    strict grading policy, the grader plugin's records) or ``exit_status``; or a name in swebench's
+    ``PARSER_REGISTRY`` (``parse_log_pytest``, ``parse_log_django``, ...): then the ``swebench``
+    package grades the log (``get_eval_report``)."""
     grading: Literal["strict", "swebench"] | None = None
     """The grading policy for this task (``swe_sandbox.batch.evaluation``); None: the run's."""
     protected_paths: list[str] | None = None
@@ -106,8 +114,17 @@ class Task(BaseModel):
     def _known_parser(cls, value: str) -> str:
         from swe_sandbox.batch.grading import LOG_PARSERS
 
-        if value not in LOG_PARSERS:
-            raise ValueError(f"unknown {value!r} (known: {', '.join(LOG_PARSERS)})")
+        if value in LOG_PARSERS:
+            return value
+        from swe_sandbox.batch import swebench_instances as swe
+
+        try:
+            names = swe.parser_names(f"log_parser {value!r}")
+        except TaskFileError as exc:
+            raise ValueError(f"unknown {value!r} here (ours: {', '.join(LOG_PARSERS)}); {exc}") from None
+        if value not in names:
+            raise ValueError(f"unknown {value!r} (ours: {', '.join(LOG_PARSERS)}; or a name in swebench's "
+                             "PARSER_REGISTRY, e.g. parse_log_pytest, parse_log_django, parse_log_sympy)")
         return value
 
     @model_validator(mode="after")
@@ -118,6 +135,42 @@ class Task(BaseModel):
             raise ValueError("log_parser exit_status reads no test names: leave FAIL_TO_PASS and "
                              "PASS_TO_PASS empty, or use log_parser pytest")
         return self
+
+    @model_validator(mode="after")
+    def _something_runs(self) -> Task:
+        """A task that names tests must run them: its ``eval_command``, its ``eval_script``, or
+        (an older SWE-bench export) the script swebench's specs build for its repo and version."""
+        if self.eval_script.strip() and not self.graded_by_swebench:
+            raise ValueError(f"eval_script runs as SWE-bench's harness runs it: log_parser {self.log_parser!r} "
+                             "must be a name in swebench's PARSER_REGISTRY (e.g. parse_log_pytest)")
+        if self.eval_command.strip() or self.eval_script.strip() or not self.has_tests:
+            return self._default_workdir()
+        from swe_sandbox.batch import swebench_instances as swe
+
+        extra = self.model_extra or {}
+        repo, version = str(extra.get("repo") or ""), str(extra.get("version") or "")
+        script = swe.spec_eval_script({**extra, **self.model_dump(exclude={"source_line"})}) if repo and version \
+            else None
+        if script is None:
+            raise ValueError(swe.missing_script_message(repo, version))
+        self.eval_script = script
+        self.log_parser = swe.spec_parser(repo) or "parse_log_pytest"
+        return self._default_workdir()
+
+    def _default_workdir(self) -> Task:
+        """An ``eval_script`` task without ``cwd`` works where the harness does (``/testbed``)."""
+        if self.eval_script.strip() and not self.cwd:
+            from swe_sandbox.batch.swebench_instances import CONTAINER_WORKDIR
+
+            self.cwd = CONTAINER_WORKDIR
+        return self
+
+    @property
+    def graded_by_swebench(self) -> bool:
+        """Whether the ``swebench`` package grades this task (a parser of its registry)."""
+        from swe_sandbox.batch.grading import LOG_PARSERS
+
+        return self.log_parser not in LOG_PARSERS
 
     @property
     def has_tests(self) -> bool:
