@@ -7,10 +7,10 @@ and an ``eval_type``. The evaluation runs the script as the official harness doe
 marker), and the verdict is ``swebench.harness.grading.get_eval_report`` on our
 ``test_output.txt``: the field's own code, not a copy of it.
 
-An older export (swebench 4.x shape: ``repo`` and ``version``, no ``eval_script``) gets its eval
-script from the package's own specs (``MAP_REPO_VERSION_TO_SPECS`` and ``make_test_spec`` of
-``swebench.harness.test_spec``) where the installed package still has them; swebench 5 ships
-none, so there such an instance is refused at load time, naming the missing fields.
+An older export (swebench 4.x shape: ``repo`` and ``version``, no ``eval_script``) is refused at
+load time, naming the missing fields: swebench 5 (the version this project supports) no longer
+ships the per-repo specs that built such scripts, and running nothing would grade every
+instance unresolved in silence.
 
 ``swebench`` is an optional extra (``pip install 'swe-sandbox[swebench]'``): its import takes
 about a second and pulls docker, datasets and modal, so it is imported here only, and only when
@@ -78,42 +78,13 @@ def harness_eval_script(task: Task) -> str:
     return str(test_spec(task).eval_script)
 
 
-def spec_eval_script(fields: dict[str, Any]) -> str | None:
-    """The eval script swebench's own specs build for an older-shape instance (``repo`` and
-    ``version``, no ``eval_script``); None when the installed package has no spec for them.
-
-    Args:
-        fields: the instance's fields as the task file has them.
-    """
-    try:
-        import swebench.harness.constants as constants
-    except ImportError:
-        return None
-    specs = getattr(constants, "MAP_REPO_VERSION_TO_SPECS", {})
-    if str(fields.get("version", "")) not in specs.get(str(fields.get("repo", "")), {}):
-        return None
-    try:
-        from swebench.harness.test_spec.test_spec import make_test_spec
-    except ImportError:
-        return None
-    return str(make_test_spec(fields).eval_script)
-
-
-def spec_parser(repo: str) -> str | None:
-    """The log parser an older swebench names for ``repo`` (``MAP_REPO_TO_PARSER``), if it has one."""
-    try:
-        import swebench.harness.log_parsers as parsers
-    except ImportError:
-        return None
-    parser = getattr(parsers, "MAP_REPO_TO_PARSER", {}).get(repo)
-    return getattr(parser, "__name__", None)
-
-
 def missing_script_message(repo: str, version: str) -> str:
-    """Why an instance that names tests has nothing to run them."""
-    where = (f"and swebench has no spec for repo {repo!r} version {version!r} to build one"
-             if repo and version else "and it has no repo and version to build one from swebench's specs")
-    return f"eval_script or eval_command missing: FAIL_TO_PASS / PASS_TO_PASS name tests but nothing runs them, {where}"
+    """Why an instance that names tests has nothing to run them (an older export: swebench 5 has
+    no per-repo specs to build its script from, so it is refused rather than run as ``true``)."""
+    what = f"an older SWE-bench export (repo {repo!r}, version {version!r}) " if repo and version else ""
+    return (f"eval_script or eval_command missing: FAIL_TO_PASS / PASS_TO_PASS name tests but nothing runs them; "
+            f"{what}needs the eval_script that SWE-bench 5's published datasets carry (swebench 5 has no "
+            "per-repo specs to build one), or an eval_command")
 
 
 def grade_log(task: Task, patch: str | None, log: str) -> dict[str, Any]:

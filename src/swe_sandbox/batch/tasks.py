@@ -138,24 +138,17 @@ class Task(BaseModel):
 
     @model_validator(mode="after")
     def _something_runs(self) -> Task:
-        """A task that names tests must run them: its ``eval_command``, its ``eval_script``, or
-        (an older SWE-bench export) the script swebench's specs build for its repo and version."""
+        """A task that names tests must run them: its ``eval_command`` or its ``eval_script``
+        (an older SWE-bench export without one is refused, naming the fields)."""
         if self.eval_script.strip() and not self.graded_by_swebench:
             raise ValueError(f"eval_script runs as SWE-bench's harness runs it: log_parser {self.log_parser!r} "
                              "must be a name in swebench's PARSER_REGISTRY (e.g. parse_log_pytest)")
         if self.eval_command.strip() or self.eval_script.strip() or not self.has_tests:
             return self._default_workdir()
-        from swe_sandbox.batch import swebench_instances as swe
+        from swe_sandbox.batch.swebench_instances import missing_script_message
 
         extra = self.model_extra or {}
-        repo, version = str(extra.get("repo") or ""), str(extra.get("version") or "")
-        script = swe.spec_eval_script({**extra, **self.model_dump(exclude={"source_line"})}) if repo and version \
-            else None
-        if script is None:
-            raise ValueError(swe.missing_script_message(repo, version))
-        self.eval_script = script
-        self.log_parser = swe.spec_parser(repo) or "parse_log_pytest"
-        return self._default_workdir()
+        raise ValueError(missing_script_message(str(extra.get("repo") or ""), str(extra.get("version") or "")))
 
     def _default_workdir(self) -> Task:
         """An ``eval_script`` task without ``cwd`` works where the harness does (``/testbed``)."""
