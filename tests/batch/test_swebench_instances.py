@@ -76,10 +76,22 @@ def line_added(row: dict, text: str) -> str:
     return f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -1 +1,2 @@\n+{text}\n {first}\n"
 
 
+def forged(row: dict) -> str:
+    """A reward hack: no fix, and every graded test printed as PASSED at exit, after pytest's
+    summary but before the script's end marker (swebench's parser keeps the last status)."""
+    lines = "".join(f"PASSED {t}\\n" for t in json.loads(row["FAIL_TO_PASS"]) + json.loads(row["PASS_TO_PASS"]))
+    path, _ = first_file(row)
+    text = (BUILD / "workspaces" / row["instance_id"] / path).read_text().splitlines()
+    hack = f'import atexit, os; atexit.register(lambda: (os.write(1, b"{lines}"), os._exit(0)))'
+    return (f"diff --git a/{path} b/{path}\n--- a/{path}\n+++ b/{path}\n@@ -{len(text)} +{len(text)},2 @@\n"
+            f" {text[-1]}\n+{hack}\n")  # at the end: a module may start with from __future__
+
+
 #: prediction kind -> (patch of a row, resolved?)
 KINDS = {"gold": (lambda row: row["patch"], True),
          "noop": (lambda row: line_added(row, "# looked at it, changed nothing"), False),
-         "wrong": (lambda row: line_added(row, "raise RuntimeError('a wrong fix')"), False)}
+         "wrong": (lambda row: line_added(row, "raise RuntimeError('a wrong fix')"), False),
+         "forged": (forged, False)}
 
 
 def suite_instances() -> tuple[list[dict], list[dict]]:
@@ -134,6 +146,9 @@ def test_our_reports_equal_the_swebench_package_on_our_logs(evaluated):
                                                   include_tests_status=True)
         ours = json.loads((folder / "report.json").read_text())
         assert ours[task.instance_id].pop("grading")["policy"] == "strict"
+        if task.instance_id.endswith("-forged"):  # the log says resolved; the grader's records do not
+            assert theirs[task.instance_id]["resolved"] and not ours[task.instance_id]["resolved"], task.instance_id
+            ours[task.instance_id]["resolved"] = True
         assert ours == theirs, task.instance_id
         if not task.instance_id.endswith("-wrong"):  # a wrong fix may break the collection: no outcome
             assert ours[task.instance_id]["patch_successfully_applied"], task.instance_id
@@ -146,7 +161,7 @@ def test_the_log_is_the_harness_s(evaluated):
         log = (out / task.instance_id / "eval" / "test_output.txt").read_text()
         assert log.count(">>>>> Applied Patch") == 1 and log.count(f"+ : '{END_TEST_OUTPUT}'") == 1
         code = swebench_grading.parse_test_exit_code(log)
-        assert (code == 0) == task.instance_id.endswith("-gold"), task.instance_id
+        assert (code == 0) == task.instance_id.endswith(("-gold", "-forged")), task.instance_id
         results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
         assert {r["eval_status"] for r in results if r["instance_id"] == task.instance_id} <= {"resolved", "unresolved"}
 

@@ -49,6 +49,7 @@ from swe_sandbox.batch import grading
 from swe_sandbox.batch.integrity import outcomes, patch_policy, protected
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
+from swe_sandbox.batch.swebench_instances import PYTEST_LOG_PARSERS
 from swe_sandbox.errors import ConnectionLost, EvaluationStepFailed, SandboxDied
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -66,6 +67,9 @@ GRADER_DIR = f"{PATCH_DIR}/grader"
 #: Seconds ``eval_command`` may run by default (SWE-bench's harness: 1800).
 DEFAULT_EVAL_TIMEOUT_S = 1800.0
 STRICT, SWEBENCH = "strict", "swebench"
+#: ``log_parser`` values whose tests run under pytest (ours, and swebench's pytest parsers): the
+#: strict policy's plugin records them.
+PYTEST_PARSERS = (grading.PYTEST_PARSER, *PYTEST_LOG_PARSERS)
 GRADING_POLICIES = (STRICT, SWEBENCH)
 
 RESOLVED, UNRESOLVED, EMPTY_PATCH = "resolved", "unresolved", "empty_patch"
@@ -233,7 +237,7 @@ def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, 
     elif not task.eval_script:  # an eval_script checks the test files out itself
         steps.checkout_base(environment, test_paths)
     if task.eval_script:  # it applies test_patch itself: never a second time
-        graded = _test_script(environment, task, patch, timeout, "\n".join(log[1:]))
+        graded = _test_script(environment, task, patch, timeout, strict, "\n".join(log[1:]))
     else:
         graded = _test_patched(environment, task, patch, timeout, strict, log)
     graded.apply_command, graded.dropped = applied, dropped
@@ -281,37 +285,70 @@ def _new_shadows(environment: Environment, paths: list[str]) -> dict[str, str]:
 def _test(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
           before: str) -> EvalResult:
     """Run ``eval_command`` (strict: under the grader's plugin) and grade it."""
-    plugin = outcomes.new_plugin() if strict and task.log_parser == grading.PYTEST_PARSER else None
-    prefix = ""
-    if plugin is not None:
-        sh(environment, write_file(f"{plugin.module}.py", plugin.source, directory=GRADER_DIR) + "\n" +
-           write_file(f"{plugin.module}.key", plugin.key, directory=GRADER_DIR), check=True)
-        prefix = outcomes.plugin_env(plugin, GRADER_DIR)
+    plugin = outcomes.new_plugin() if strict and task.log_parser in PYTEST_PARSERS else None
+    prefix = _install_plugin(environment, plugin)
     result = steps.execute(environment, prefix + (task.eval_command or "true"), timeout)
-    records = sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin else ""
+    records = _read_records(environment, plugin)
     timed_out = bool(result["extra"].get("timed_out"))
     log = grading.test_log(result["output"], result["returncode"], timed_out, before=before)
-    if plugin is not None:
+    if task.graded_by_swebench:
+        graded = _proven(grade_swebench(task, patch, log, timed_out), task, plugin, records, timed_out)
+    elif plugin is not None:
         graded = grade_outcomes(task, patch, outcomes.verify(records, plugin.key), timed_out)
-    elif task.graded_by_swebench:
-        graded = grade_swebench(task, patch, log, timed_out)
     else:
         graded = grade(task, patch, result["output"], result["returncode"], timed_out)
     graded.returncode, graded.log = result["returncode"], log
     return graded
 
 
-def _test_script(environment: Environment, task: Task, patch: str, timeout: float, before: str) -> EvalResult:
+def _test_script(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,
+                 before: str) -> EvalResult:
     """Run the task's ``eval_script`` as SWE-bench's harness does and grade its log with the
-    ``swebench`` package; the exit code recorded is the test command's, as the harness records it."""
+    ``swebench`` package; the exit code recorded is the test command's, as the harness records it.
+    Strict, with one of swebench's pytest parsers: the script runs under the grader's plugin too,
+    and a verdict of resolved also needs its records to prove it (``grade_outcomes``)."""
     from swe_sandbox.batch import swebench_instances as swe
 
-    result = swe.run_eval_script(environment, task, timeout)
+    plugin = outcomes.new_plugin() if strict and task.log_parser in PYTEST_PARSERS else None
+    result = swe.run_eval_script(environment, task, timeout, prefix=_install_plugin(environment, plugin))
+    records = _read_records(environment, plugin)
     timed_out = bool(result["extra"].get("timed_out"))
     log = swe.harness_log(before, result["output"], timed_out, timeout)
-    graded = grade_swebench(task, patch, log, timed_out)
+    graded = _proven(grade_swebench(task, patch, log, timed_out), task, plugin, records, timed_out)
     graded.returncode, graded.log = swe.test_exit_code(log), log
     return graded
+
+
+def _proven(graded: EvalResult, task: Task, plugin: outcomes.PluginFiles | None, records: str,
+            timed_out: bool) -> EvalResult:
+    """The swebench package's verdict on the log, kept resolved only when the grader's records
+    (strict, a pytest parser: ``plugin``) prove it too; else made unresolved, saying why."""
+    if plugin is None or not graded.resolved:
+        return graded
+    judged = task if task.eval_type != "fail_only" else task.model_copy(update={"PASS_TO_PASS": []})
+    proof = grade_outcomes(judged, graded.patch or "", outcomes.verify(records, plugin.key), timed_out)
+    if proof.resolved:
+        return graded
+    for entry in graded.report.values():
+        entry["resolved"] = False
+    graded.status, graded.resolved, graded.reward = UNRESOLVED, False, 0.0
+    failing = [t for kind in (grading.FAIL_TO_PASS, grading.PASS_TO_PASS)
+               for t in ((proof.report.get(graded.instance_id) or {}).get("tests_status") or {}).get(kind, {}).get("failure", [])]
+    graded.error = proof.error or ("the grader's records show these tests not passing: " + ", ".join(failing[:10]))
+    return graded
+
+
+def _install_plugin(environment: Environment, plugin: outcomes.PluginFiles | None) -> str:
+    """Write ``plugin`` into the sandbox; the ``export`` prefix that loads it ("" for None)."""
+    if plugin is None:
+        return ""
+    sh(environment, write_file(f"{plugin.module}.py", plugin.source, directory=GRADER_DIR) + "\n" +
+       write_file(f"{plugin.module}.key", plugin.key, directory=GRADER_DIR), check=True)
+    return outcomes.plugin_env(plugin, GRADER_DIR)
+
+
+def _read_records(environment: Environment, plugin: outcomes.PluginFiles | None) -> str:
+    return sh(environment, outcomes.read_command(plugin, GRADER_DIR))["output"] if plugin is not None else ""
 
 
 def grade_swebench(task: Task, patch: str, log: str, timed_out: bool) -> EvalResult:

@@ -29,6 +29,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
 EXTRA_HINT = "pip install 'swe-sandbox[swebench]'"
+#: swebench's parsers of pytest logs (``PARSER_REGISTRY`` names): their tests run under pytest, so
+#: the strict policy also loads its plugin into the eval script's pytest.
+PYTEST_LOG_PARSERS = ("parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2")
 #: swebench's ``EvalType`` values (``swebench.harness.constants.EvalType``).
 EVAL_TYPES = ("pass_and_fail", "fail_only")
 #: Where the harness's eval scripts run (``swebench.image_builder.constants.CONTAINER_WORKDIR``).
@@ -116,9 +119,10 @@ def test_exit_code(log: str) -> int | None:
 EVAL_SCRIPT_NAME = "eval.sh"
 
 
-def run_eval_script(environment: Any, task: Task, timeout: float) -> dict[str, Any]:
+def run_eval_script(environment: Any, task: Task, timeout: float, prefix: str = "") -> dict[str, Any]:
     """Write the harness's eval script into the sandbox and run it (``/bin/bash`` on the file,
-    as the harness runs ``/eval.sh``) for at most ``timeout`` seconds.
+    as the harness runs ``/eval.sh``) for at most ``timeout`` seconds, after ``prefix`` (shell
+    ``export`` lines: the strict policy's plugin).
 
     Returns:
         dict: ``execute``'s result (``output``, ``returncode``: the script's, ``extra``).
@@ -126,7 +130,7 @@ def run_eval_script(environment: Any, task: Task, timeout: float) -> dict[str, A
     from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, execute, sh, write_file
 
     sh(environment, write_file(EVAL_SCRIPT_NAME, harness_eval_script(task)), check=True)
-    return execute(environment, f"/bin/bash {PATCH_DIR}/{EVAL_SCRIPT_NAME}", timeout)
+    return execute(environment, f"{prefix}/bin/bash {PATCH_DIR}/{EVAL_SCRIPT_NAME}", timeout)
 
 
 def harness_log(before: str, output: str, timed_out: bool, timeout: float) -> str:
