@@ -69,3 +69,23 @@ def test_predictions_shapes_and_errors(tmp_path):
     (tmp_path / "bad.jsonl").write_text(json.dumps({"model_patch": "x"}) + "\n")
     with pytest.raises(TaskFileError, match="line 1: instance_id: missing"):
         load_predictions(tmp_path / "bad.jsonl")
+
+
+def test_a_parquet_split_loads_as_its_jsonl_does(tmp_path):
+    """A dataset split as the hub stores it (Parquet, string columns as SWE-bench's: the test lists
+    as JSON strings) loads to the same tasks as the same rows in JSON Lines; a file that is not
+    Parquet is a task-file error naming it."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    rows = [{"instance_id": f"o__r-{n}", "problem_statement": "p", "repo": "o/r", "image_name": "img:1",
+             "eval_command": "pytest -rA", "FAIL_TO_PASS": json.dumps([f"t.py::test_{n}"]), "PASS_TO_PASS": "[]"}
+            for n in range(3)]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "test-00000-of-00001.parquet")
+    from_parquet = load_tasks(tmp_path / "test-00000-of-00001.parquet")
+    from_jsonl = load_tasks(write_tasks(tmp_path / "t.jsonl", rows))
+    assert [t.model_dump() for t in from_parquet] == [t.model_dump() for t in from_jsonl]
+    assert [t.source_line for t in from_parquet] == [1, 2, 3] and from_parquet[1].FAIL_TO_PASS == ["t.py::test_1"]
+    (tmp_path / "bad.parquet").write_text("not parquet")
+    with pytest.raises(TaskFileError, match="cannot read task file .*bad.parquet"):
+        load_tasks(tmp_path / "bad.parquet")

@@ -1,12 +1,14 @@
 """Task files: SWE-bench-style instances, one JSON object each (DESIGN.md §7).
 
-A task file is ``.jsonl`` (one object a line; blank lines are skipped) or ``.json`` (a list of
-objects). Field names follow SWE-bench's instances, so a SWE-bench dataset exported to JSON loads
-as it is; fields we do not use (``repo``, ``base_commit``, ``patch``, ...) are kept in
+A task file is ``.jsonl`` (one object a line; blank lines are skipped), ``.json`` (a list of
+objects) or ``.parquet`` (one object a row, as the Hugging Face hub stores a dataset split; read
+with pyarrow, the ``[parquet]`` extra; the hub itself is not reached: download the file first).
+Field names follow SWE-bench's instances, so a SWE-bench dataset exported to JSON loads as it
+is; fields we do not use (``repo``, ``base_commit``, ``patch``, ...) are kept in
 ``Task.model_extra``.
 
-Every error names the file, the line (for ``.json`` the line where the object starts) and the
-field, e.g. ``tasks.jsonl line 3: instance_id: 'a/b' is not a safe file name (no '/')``.
+Every error names the file, the line (for ``.json`` the line where the object starts, for
+``.parquet`` the row) and the field, e.g. ``tasks.jsonl line 3: instance_id: 'a/b' is not a safe file name (no '/')``.
 """
 
 from __future__ import annotations
@@ -175,7 +177,8 @@ def load_tasks(path: str | Path) -> list[Task]:
     """Load and validate a task file.
 
     Args:
-        path: a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects).
+        path: a ``.jsonl`` file (one object a line), a ``.json`` file (a list of objects) or a
+            ``.parquet`` file (one object a row; needs pyarrow).
 
     Returns:
         list[Task]: in file order; ``workspace`` resolved against the task file's directory.
@@ -186,11 +189,14 @@ def load_tasks(path: str | Path) -> list[Task]:
             all; the message names the file, the line and the field.
     """
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskFileError(f"cannot read task file {path}: {exc}") from None
-    items = _json_items(text, path) if path.suffix == ".json" else jsonl_items(text, path)
+    if path.suffix == ".parquet":
+        items = parquet_items(path)
+    else:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise TaskFileError(f"cannot read task file {path}: {exc}") from None
+        items = _json_items(text, path) if path.suffix == ".json" else jsonl_items(text, path)
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for line, item in items:
@@ -224,6 +230,25 @@ def _task(item: Any, line: int, path: Path) -> Task:
             raise TaskFileError(f"{where}: workspace: {workspace} is not a directory")
         task.workspace = workspace.resolve()
     return task
+
+
+def parquet_items(path: Path) -> list[tuple[int, Any]]:
+    """``(row number, object)`` of each row of a Parquet file (what the Hugging Face hub stores a
+    dataset split as, e.g. SWE-bench Verified's ``data/test-00000-of-00001.parquet``), read with
+    ``pyarrow`` (the ``[parquet]`` extra). Row numbers count from 1 and stand for "line" in errors.
+
+    Raises:
+        TaskFileError: pyarrow is missing, or the file is not Parquet.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise TaskFileError(f"{path}: reading Parquet needs pyarrow (pip install 'swe-sandbox[parquet]')") from None
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid and ArrowIOError are both
+        raise TaskFileError(f"cannot read task file {path}: {exc}") from None
+    return list(enumerate(rows, 1))
 
 
 def jsonl_items(text: str, path: Path) -> list[tuple[int, Any]]:
