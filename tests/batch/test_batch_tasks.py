@@ -89,3 +89,32 @@ def test_a_parquet_split_loads_as_its_jsonl_does(tmp_path):
     (tmp_path / "bad.parquet").write_text("not parquet")
     with pytest.raises(TaskFileError, match="cannot read task file .*bad.parquet"):
         load_tasks(tmp_path / "bad.parquet")
+
+
+def test_a_dataset_directory_gives_the_split_asked_for(tmp_path):
+    """A directory as the hub's download writes one (``data/<split>-NNNNN-of-NNNNN.parquet``, shards in
+    name order, a hidden cache beside): ``--split`` picks one; none asked, or an unknown one, is an
+    error listing the splits."""
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    from swe_sandbox.batch.tasks import load_dataset
+
+    def split_file(name: str, ids: list[str]) -> None:
+        rows = [{"instance_id": i, "problem_statement": "p"} for i in ids]
+        (tmp_path / "data").mkdir(exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / "data" / name)
+
+    split_file("test-00001-of-00002.parquet", ["t3"])
+    split_file("test-00000-of-00002.parquet", ["t1", "t2"])
+    split_file("dev-00000-of-00001.parquet", ["d1"])
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "x.jsonl").write_text("junk\n")
+    assert [t.instance_id for t in load_dataset(tmp_path, "test")] == ["t1", "t2", "t3"]
+    assert [t.instance_id for t in load_dataset(tmp_path, "dev")] == ["d1"]
+    with pytest.raises(TaskFileError, match=r"choose a split with --split \(dev, test\)"):
+        load_dataset(tmp_path)
+    with pytest.raises(TaskFileError, match=r"no split 'train' \(it has: dev, test\)"):
+        load_dataset(tmp_path, "train")
+    with pytest.raises(TaskFileError, match="is a task file, not a dataset directory"):
+        load_dataset(tmp_path / "data" / "dev-00000-of-00001.parquet", "dev")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -290,3 +291,54 @@ def _skip(text: str, index: int, chars: str) -> int:
     while index < len(text) and text[index] in chars:
         index += 1
     return index
+
+
+#: Suffixes of a dataset directory's split files: ``<split>-NNNNN-of-NNNNN.parquet`` (how the Hugging
+#: Face hub's ``download --local-dir`` writes a split, e.g. ``data/test-00000-of-00001.parquet``),
+#: ``<split>.parquet``, ``<split>.jsonl``, ``<split>.json``.
+SPLIT_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+def load_dataset(path: str | Path, split: str | None = None) -> list[Task]:
+    """``load_tasks`` of a task file, or of one split of a dataset directory.
+
+    Args:
+        path: a task file, or a directory holding a dataset's splits (``SPLIT_SUFFIXES``, at any
+            depth, outside hidden directories).
+        split: the split to read from a directory (e.g. ``test``, ``dev``); None: its only one.
+
+    Returns:
+        list[Task]: the split's tasks, file after file (sorted by name).
+
+    Raises:
+        TaskFileError: as ``load_tasks``; a ``split`` given with a file; a directory without that
+            split (the message lists the splits it has), or with several and none chosen; an
+            ``instance_id`` in two files of the split.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        if split is not None:
+            raise TaskFileError(f"--split {split}: {path} is a task file, not a dataset directory")
+        return load_tasks(path)
+    splits = dataset_splits(path)
+    if split is None and len(splits) != 1:
+        raise TaskFileError(f"{path}: choose a split with --split ({', '.join(sorted(splits)) or 'none found'})")
+    chosen = split if split is not None else next(iter(splits))
+    if chosen not in splits:
+        raise TaskFileError(f"{path}: no split {chosen!r} (it has: {', '.join(sorted(splits)) or 'none'})")
+    tasks = [task for file in splits[chosen] for task in load_tasks(file)]
+    duplicates = sorted(i for i, n in Counter(t.instance_id for t in tasks).items() if n > 1)
+    if duplicates:
+        raise TaskFileError(f"{path}: split {chosen!r}: instance_id in two of its files: {', '.join(duplicates[:5])}")
+    return tasks
+
+
+def dataset_splits(directory: Path) -> dict[str, list[Path]]:
+    """``{split: its files, sorted}`` of a dataset directory (``SPLIT_SUFFIXES``)."""
+    found: dict[str, list[Path]] = {}
+    for file in sorted(p for p in directory.rglob("*") if p.is_file() and p.suffix in SPLIT_SUFFIXES):
+        if any(part.startswith(".") for part in file.relative_to(directory).parts):
+            continue  # .cache/huggingface and the like
+        sharded = file.suffix == ".parquet" and "-of-" in file.stem
+        found.setdefault(file.stem.split("-", 1)[0] if sharded else file.stem, []).append(file)
+    return found

@@ -66,12 +66,12 @@ IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string o
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
 
 
-def load_task_file(path: Path, image_template: str | None) -> list[Task]:
-    """``load_tasks(path)``, with ``image_template`` naming the image of tasks that have none."""
+def load_task_file(path: Path, image_template: str | None, split: str | None = None) -> list[Task]:
+    """``load_dataset(path, split)``, with ``image_template`` naming the image of tasks that have none."""
     from swe_sandbox.batch.images import apply_image_template
-    from swe_sandbox.batch.tasks import load_tasks
+    from swe_sandbox.batch.tasks import load_dataset
 
-    tasks = load_tasks(path)
+    tasks = load_dataset(path, split)
     if image_template:
         apply_image_template(tasks, image_template)
     return tasks
@@ -84,6 +84,9 @@ EvalTimeoutOpt = Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help
 GradingOpt = Annotated[Literal["strict", "swebench"], Opt("--grading",
                                help="Grading policy: strict (default: the patch cannot game the grade) or swebench "
                                     "(SWE-bench's rules exactly, for leaderboard parity; forgeable by the patch).")]
+SplitOpt = Annotated[str | None, Opt("--split", metavar="NAME", show_default=False,
+                                     help="With TASKS a dataset directory (as the hub's download writes one: "
+                                          "data/test-00000-of-00001.parquet): the split to read.")]
 ImageTemplateOpt = Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                              show_default=False)]
 
@@ -137,7 +140,7 @@ def select_tasks(tasks: list[Task], filter_re: str | None, slice_spec: str | Non
 
 @app.command("batch", help=BATCH_HELP)
 def batch_command(
-    tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl or .json).",
+    tasks_file: Annotated[Path, typer.Argument(metavar="TASKS", help="Task file (.jsonl, .json or .parquet), or a dataset directory (--split).",
                                                show_default=False)],
     output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory (resumed if it exists).",
                                 show_default=False)],
@@ -168,6 +171,7 @@ def batch_command(
                                                "instance, seconds (agent.wall_time_limit_s).", show_default=False)] = None,
     eval_timeout: EvalTimeoutOpt = 1800.0,
     grading: GradingOpt = "strict",
+    split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
@@ -176,7 +180,7 @@ def batch_command(
         from swe_sandbox.batch.sandbox import check_task_images
         from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
 
-        tasks = select_tasks(load_task_file(tasks_file, image_template), filter_re, slice_spec, shuffle)
+        tasks = select_tasks(load_task_file(tasks_file, image_template, split), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
         if model:
             config["model"]["model_name"] = model
@@ -253,7 +257,7 @@ def _guarded(body: Any) -> int:
 def eval_command(
     preds_file: Annotated[Path, typer.Argument(metavar="PREDS", help="Predictions (preds.json, .json or .jsonl).",
                                                show_default=False)],
-    tasks_file: Annotated[Path, Opt("--tasks", metavar="TASKS", help="Task file.", show_default=False)],
+    tasks_file: Annotated[Path, Opt("--tasks", metavar="TASKS", help="Task file (.jsonl, .json or .parquet), or a dataset directory (--split).", show_default=False)],
     output: Annotated[Path, Opt("-o", "--output", metavar="DIR", help="Output directory.", show_default=False)],
     env: Annotated[str, Opt("--env", "-e", metavar="NAME|FILE", help="Backend preset or YAML file.")] = DEFAULT_BACKEND,
     workers: Annotated[int, Opt("-w", "--workers", min=1, help="Sandboxes at once.")] = 1,
@@ -263,6 +267,7 @@ def eval_command(
     max_attempts: Annotated[int, Opt("--max-attempts", min=1, help="Attempts per instance in all.")] = 3,
     eval_timeout: EvalTimeoutOpt = 1800.0,
     grading: GradingOpt = "strict",
+    split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
     ray: RayOpt = None,
 ) -> None:
@@ -273,7 +278,7 @@ def eval_command(
         from swe_sandbox.cli.prepare import require_usable
         from swe_sandbox.config import apply_overrides, load_environment_config
 
-        tasks = load_task_file(tasks_file, image_template)
+        tasks = load_task_file(tasks_file, image_template, split)
         preds = load_predictions(preds_file)
         match_predictions(preds, tasks)
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
