@@ -119,6 +119,15 @@ def test_a_changed_prediction_is_graded_again(bwrap_ok, calc_repo, fix_patch, tm
         "patch_sha256"] == records[1].patch_sha256
     assert evaluate(fix_patch, grading="strict")["unresolved_ids"] == ["t"]  # check.py is not pytest: no proof
     assert len(ResultsLog(tmp_path / "out" / "results.jsonl").read()) == 3
+    # back to an earlier patch and policy: graded again, not the older verdict of it taken back (a new
+    # user's finding: the report said the old verdict while eval/ kept the newer one)
+    assert evaluate(patch_of(fix_patch, WRONG))["unresolved_ids"] == ["t"]
+    assert evaluate(fix_patch)["resolved_ids"] == ["t"]
+    records = ResultsLog(tmp_path / "out" / "results.jsonl").read()
+    assert [r.eval_status for r in records] == ["unresolved", "resolved", "unresolved", "unresolved", "resolved"]
+    assert [r.attempt for r in records] == [1, 2, 3, 4, 5]
+    report = json.loads((tmp_path / "out" / "t" / "eval" / "report.json").read_text())["t"]
+    assert report["resolved"] and report["grading"]["policy"] == "swebench"
 
 
 def test_ctrl_c_stops_the_evaluations_under_way(bwrap_ok, calc_repo, fix_patch, tmp_path):

@@ -251,3 +251,19 @@ def test_without_the_extra_a_swebench_parser_names_it(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "line 1: log_parser: unknown 'parse_log_pytest' here" in done.stdout
     assert "pip install 'swe-sandbox[swebench]'" in done.stdout
+
+
+def test_what_a_published_row_may_hold_that_we_do_not_grade_is_refused_or_named(tmp_path):
+    """A new user's findings: nulls read as empty; an eval_script without log_parser names the
+    missing field; ``image_assets`` (multimodal instances) is refused rather than ignored."""
+    script = "#!/bin/bash\n: '>>>>> Start Test Output'\ntrue\n: '>>>>> End Test Output'\n"
+    with pytest.raises(TaskFileError, match="eval_script or eval_command missing"):
+        load_tasks(write_tasks(tmp_path / "t.jsonl", [_row(eval_script=None)]))
+    with pytest.raises(TaskFileError, match=r"log_parser \(missing\) must be a name in swebench's PARSER_REGISTRY"):
+        load_tasks(write_tasks(tmp_path / "t.jsonl", [_row(eval_script=script)]))
+    with pytest.raises(TaskFileError, match="image_assets: SWE-bench's binary test assets"):
+        load_tasks(write_tasks(tmp_path / "t.jsonl", [_row(eval_script=script, log_parser="parse_log_pytest",
+                                                           image_assets='{"expected.png": "..."}')]))
+    (task,) = load_tasks(write_tasks(tmp_path / "t.jsonl", [_row(eval_script=script, log_parser="parse_log_pytest",
+                                                                 image_assets=None, test_patch=None)]))
+    assert task.test_patch == "" and task.graded_by_swebench

@@ -99,7 +99,9 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     log = rec.ResultsLog(directory / rec.RESULTS_FILE)
     existing = log.read()
     generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
-    state = rec.ResumeState(existing, generation, counts=partial(_current, preds, by_id, grading))
+    stale = _stale(existing, generation, preds, by_id, grading)  # their records count only for numbering
+    state = rec.ResumeState(existing, generation, counts=lambda record: record.instance_id not in stale)
+    stale.clear()  # what this run adds counts
     todo = [i for i in by_id if state.should_run(i, max_attempts)]
     cancel = cancel or Cancellation()
     pool = _pool(ray, workers, cancel)
@@ -132,14 +134,21 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     return report
 
 
-def _current(preds: dict[str, dict[str, Any]], tasks: dict[str, Task], grading: str, record: rec.AttemptRecord) -> bool:
-    """Whether ``record`` graded the patch the prediction has now, under the policy it would be
-    graded by now: else the instance is evaluated again (a verdict is tied to the patch it graded)."""
-    prediction, task = preds.get(record.instance_id), tasks.get(record.instance_id)
-    if prediction is None or task is None or not record.done:
-        return True
-    policy = task.grading or grading
-    return record.patch_sha256 == patch_sha256(prediction.get("model_patch")) and record.grading == policy
+def _stale(records: list[rec.AttemptRecord], generation: int, preds: dict[str, dict[str, Any]],
+           tasks: dict[str, Task], grading: str) -> set[str]:
+    """Instances whose latest verdict graded another patch than their prediction's now, or under
+    another policy than they would be graded by now: evaluated again (a verdict is tied to the
+    patch it graded; an older verdict of the same patch does not stand in for the latest one)."""
+    latest = {r.instance_id: r for r in records if r.done and r.generation >= generation}
+    stale = set()
+    for instance_id, record in latest.items():
+        prediction, task = preds.get(instance_id), tasks.get(instance_id)
+        if prediction is None or task is None:
+            continue
+        same_patch = record.patch_sha256 == patch_sha256(prediction.get("model_patch"))
+        if not same_patch or record.grading != (task.grading or grading):
+            stale.add(instance_id)
+    return stale
 
 
 def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:

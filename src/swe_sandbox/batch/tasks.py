@@ -100,6 +100,12 @@ class Task(BaseModel):
 
         return None if value is None else check_reference(value)
 
+    @field_validator("setup_command", "test_patch", "eval_command", "eval_script", "cwd", mode="before")
+    @classmethod
+    def _null_is_empty(cls, value: Any) -> Any:
+        """A null text field (a Parquet column with gaps, a JSON export's ``null``) is an empty one."""
+        return "" if value is None else value
+
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
     def _test_list(cls, value: Any) -> Any:
@@ -144,8 +150,12 @@ class Task(BaseModel):
         """A task that names tests must run them: its ``eval_command`` or its ``eval_script``
         (an older SWE-bench export without one is refused, naming the fields)."""
         if self.eval_script.strip() and not self.graded_by_swebench:
-            raise ValueError(f"eval_script runs as SWE-bench's harness runs it: log_parser {self.log_parser!r} "
-                             "must be a name in swebench's PARSER_REGISTRY (e.g. parse_log_pytest)")
+            given = f"log_parser {self.log_parser!r}" if "log_parser" in self.model_fields_set else "log_parser (missing)"
+            raise ValueError(f"eval_script runs as SWE-bench's harness runs it: {given} must be a name in "
+                             "swebench's PARSER_REGISTRY (e.g. parse_log_pytest)")
+        if (self.model_extra or {}).get("image_assets"):
+            raise ValueError("image_assets: SWE-bench's binary test assets (multimodal instances) are not "
+                             "supported yet: graded without them, the instance would fail in silence")
         if self.eval_command.strip() or self.eval_script.strip() or not self.has_tests:
             return self._default_workdir()
         from swe_sandbox.batch.swebench_instances import missing_script_message
