@@ -23,40 +23,18 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from swe_sandbox.errors import TaskFileError
+from swe_sandbox.batch.swebench_registry import import_swebench as _import
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
-EXTRA_HINT = "pip install 'swe-sandbox[swebench]'"
 #: swebench's parsers of pytest logs (``PARSER_REGISTRY`` names): their tests run under pytest, so
 #: the strict policy also loads its plugin into the eval script's pytest.
 PYTEST_LOG_PARSERS = ("parse_log_pytest", "parse_log_pytest_options", "parse_log_pytest_v2")
 #: swebench's ``EvalType`` values (``swebench.harness.constants.EvalType``).
 EVAL_TYPES = ("pass_and_fail", "fail_only")
-#: Where the harness's eval scripts run (``swebench.image_builder.constants.CONTAINER_WORKDIR``).
-CONTAINER_WORKDIR = "/testbed"
 #: The harness's line after a timeout (``run_evaluation.run_instance``).
 TIMEOUT_LINE = "\n\nTimeout error: {timeout} seconds exceeded."
-
-
-def _import(module: str, why: str) -> Any:
-    """``importlib.import_module(module)``; a TaskFileError naming the extra when it is missing."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise TaskFileError(f"{why} needs the swebench package ({EXTRA_HINT}): {exc}") from None
-
-
-def parser_names(why: str) -> frozenset[str]:
-    """The names in swebench's ``PARSER_REGISTRY``.
-
-    Raises:
-        TaskFileError: the ``swebench`` package is not installed (``why`` says who needs it).
-    """
-    return frozenset(_import("swebench.harness.log_parsers", why).PARSER_REGISTRY)
 
 
 def instance_dict(task: Task) -> dict[str, Any]:
@@ -79,15 +57,6 @@ def harness_eval_script(task: Task) -> str:
     """The script the harness runs for ``task`` (``TestSpec.eval_script``: the instance's own,
     with the test command's exit code recorded after the end marker)."""
     return str(test_spec(task).eval_script)
-
-
-def missing_script_message(repo: str, version: str) -> str:
-    """Why an instance that names tests has nothing to run them (an older export: swebench 5 has
-    no per-repo specs to build its script from, so it is refused rather than run as ``true``)."""
-    what = f"an older SWE-bench export (repo {repo!r}, version {version!r}) " if repo and version else ""
-    return (f"eval_script or eval_command missing: FAIL_TO_PASS / PASS_TO_PASS name tests but nothing runs them; "
-            f"{what}needs the eval_script that SWE-bench 5's published datasets carry (swebench 5 has no "
-            "per-repo specs to build one), or an eval_command")
 
 
 def grade_log(task: Task, patch: str | None, log: str) -> dict[str, Any]:

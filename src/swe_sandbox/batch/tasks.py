@@ -125,10 +125,10 @@ class Task(BaseModel):
 
         if value in LOG_PARSERS:
             return value
-        from swe_sandbox.batch import swebench_instances as swe
+        from swe_sandbox.batch.swebench_registry import parser_names
 
         try:
-            names = swe.parser_names(f"log_parser {value!r}")
+            names = parser_names(f"log_parser {value!r}")
         except TaskFileError as exc:
             raise ValueError(f"unknown {value!r} here (ours: {', '.join(LOG_PARSERS)}); {exc}") from None
         if value not in names:
@@ -158,7 +158,7 @@ class Task(BaseModel):
                              "supported yet: graded without them, the instance would fail in silence")
         if self.eval_command.strip() or self.eval_script.strip() or not self.has_tests:
             return self._default_workdir()
-        from swe_sandbox.batch.swebench_instances import missing_script_message
+        from swe_sandbox.batch.swebench_registry import missing_script_message
 
         extra = self.model_extra or {}
         raise ValueError(missing_script_message(str(extra.get("repo") or ""), str(extra.get("version") or "")))
@@ -166,7 +166,7 @@ class Task(BaseModel):
     def _default_workdir(self) -> Task:
         """An ``eval_script`` task without ``cwd`` works where the harness does (``/testbed``)."""
         if self.eval_script.strip() and not self.cwd:
-            from swe_sandbox.batch.swebench_instances import CONTAINER_WORKDIR
+            from swe_sandbox.batch.swebench_registry import CONTAINER_WORKDIR
 
             self.cwd = CONTAINER_WORKDIR
         return self
