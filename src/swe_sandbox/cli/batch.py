@@ -78,7 +78,7 @@ def load_task_file(path: Path, image_template: str | None, split: str | None = N
 
 
 RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
-            "cluster's address, or nothing (after TASKS): a local Ray with -w slots.")
+            "cluster's address, or nothing (last, or before another option): a local Ray with -w slots.")
 RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
 EvalTimeoutOpt = Annotated[float, Opt("--eval-timeout", min=1, metavar="S", help="Seconds for each eval_command.")]
 GradingOpt = Annotated[Literal["strict", "swebench"], Opt("--grading",
