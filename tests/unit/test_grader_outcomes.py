@@ -21,6 +21,8 @@ import pytest
 from swe_sandbox.batch.integrity import outcomes
 
 HONEST = """
+import unittest
+
 import pytest
 
 def test_pass():
@@ -46,6 +48,15 @@ def test_code_skip():
 @pytest.mark.xfail(reason="fixed now")
 def test_xpass():
     pass
+
+
+class Case(unittest.TestCase):
+    @unittest.skip("a unittest decorator: the test file's own")
+    def test_unittest_skip(self):
+        pass
+
+    def test_unittest_code_skip(self):
+        self.skipTest("the code said so")
 """
 
 
@@ -77,7 +88,8 @@ def test_honest_statuses(tmp_path):
     assert found.status_map == {
         "test_a.py::test_pass": "PASSED", "test_a.py::test_fail": "FAILED", "test_a.py::test_marked_xfail": "XFAIL",
         "test_a.py::test_marked_skip": "SKIPPED", "test_a.py::test_code_xfail": "XFAIL_BY_CODE",
-        "test_a.py::test_code_skip": "SKIPPED_BY_CODE", "test_a.py::test_xpass": "XPASS"}
+        "test_a.py::test_code_skip": "SKIPPED_BY_CODE", "test_a.py::test_xpass": "XPASS",
+        "test_a.py::Case::test_unittest_skip": "SKIPPED", "test_a.py::Case::test_unittest_code_skip": "SKIPPED_BY_CODE"}
 
 
 def test_ids_are_relative_to_where_pytest_runs(tmp_path):

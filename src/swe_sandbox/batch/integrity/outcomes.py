@@ -19,8 +19,8 @@ Rules (each a reason the log proves nothing, so the instance is unresolved):
   and what ``call.excinfo`` said), never the last one seen.
 
 Statuses (``status_map``'s values): ``PASSED``, ``FAILED``, ``ERROR`` (setup or teardown failed),
-``XPASS``; ``SKIPPED`` / ``XFAIL`` only when a ``skip``/``skipif``/``xfail`` marker of the test
-(which lives in the protected test files) explains it; ``SKIPPED_BY_CODE`` / ``XFAIL_BY_CODE``
+``XPASS``; ``SKIPPED`` / ``XFAIL`` only when a ``skip``/``skipif``/``xfail`` marker of the test,
+or a ``unittest.skip`` decorator (which live in the protected test files), explains it; ``SKIPPED_BY_CODE`` / ``XFAIL_BY_CODE``
 when the code under test called ``pytest.skip`` / ``pytest.xfail`` itself. Under the strict
 policy a FAIL_TO_PASS test must be ``PASSED``; a PASS_TO_PASS test ``PASSED``, ``SKIPPED`` or
 ``XFAIL``.
@@ -178,7 +178,8 @@ def _status(record: dict[str, Any]) -> str:
     if truth == "failed":  # the report says otherwise: it was rewritten
         return failed
     if outcome == "skipped" or truth in ("skipped", "xfail-called"):
-        return SKIPPED if when == "setup" and markers & {"skip", "skipif"} else SKIPPED_BY_CODE
+        marked = (when == "setup" and markers & {"skip", "skipif"}) or "unittest-skip" in markers
+        return SKIPPED if marked else SKIPPED_BY_CODE
     return PASSED
 
 

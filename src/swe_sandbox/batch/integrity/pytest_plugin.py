@@ -101,12 +101,17 @@ def _tampered():
 
 
 def _markers(item):
+    """The test's own skip/xfail markers, and ``unittest-skip`` for a ``unittest.skip`` decorator
+    on its method or class (pytest runs that skip in the call phase)."""
     names = set()
     for name in ("skip", "skipif", "xfail"):
         finder = getattr(item, "iter_markers", None)
         found = list(finder(name=name)) if finder is not None else [item.get_marker(name)]
         if any(m is not None for m in found):
             names.add(name)
+    for owner in (getattr(item, "obj", None), getattr(item, "cls", None)):
+        if getattr(owner, "__unittest_skip__", False):
+            names.add("unittest-skip")
     return sorted(names)
 
 
