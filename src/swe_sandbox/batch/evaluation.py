@@ -207,9 +207,17 @@ def _run(environment: Environment, task: Task, patch: str, timeout: float, polic
     except EvaluationStepFailed as exc:
         return _failed(task, patch, PATCH_FAILED, str(exc), "\n".join(log[1:]) + "\n")
     except SandboxDied as exc:
-        if not log or isinstance(exc, ConnectionLost) or type(environment).unavailable_reason() is not None:
+        if not log or died_outside(exc, type(environment)):
             raise  # before the patch, the link or the engine: no verdict
         return _died(task, patch, exc, "\n".join(log[1:]))
+
+
+def died_outside(exc: SandboxDied, backend: type[Environment]) -> bool:
+    """Whether a sandbox's death is the infrastructure's (DESIGN.md §9): only the link was lost
+    (``ConnectionLost``), or its backend no longer answers (``unavailable_reason``); any other
+    death is what ran in it (out of memory, its runner killed from inside). The one rule for the
+    evaluation's verdict and the agent's outcome (``rollouts.died_status``)."""
+    return isinstance(exc, ConnectionLost) or backend.unavailable_reason() is not None
 
 
 def _grade_in(environment: Environment, task: Task, patch: str, timeout: float, strict: bool,

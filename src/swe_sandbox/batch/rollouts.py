@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
 from swe_sandbox.errors import ConnectionLost, SandboxDied
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -209,8 +209,7 @@ def died_status(exc: SandboxDied, env_config: dict[str, Any]) -> str:
 
     if isinstance(exc, ConnectionLost):
         return type(exc).__name__
-    down = environment_class(str(env_config.get("backend", ""))).unavailable_reason() is not None
-    return ENGINE_LOST if down else "SandboxDied"
+    return ENGINE_LOST if died_outside(exc, environment_class(str(env_config.get("backend", "")))) else "SandboxDied"
 
 
 def _stopped_by_cancel(status: str, text: str) -> bool:
