@@ -279,6 +279,34 @@ def test_fork_bomb_is_contained_by_the_pids_limit(fresh):
     assert run(env, "echo alive", timeout=20)["output"] == "alive\n"
 
 
+#: Fills the process limit with a filler that retries every failed fork at once (so it takes any pid
+#: that frees), then, with builtins only, SIGTERMs every `sleep` in the sandbox (the exec fallback's
+#: watchdog nap included), so the watchdog wakes while forks fail.
+BOMB_THEN_WAKE = (
+    "mkfifo /tmp/nap && exec 7<>/tmp/nap; "
+    "sh -c 'while :; do command eval \"{ read x <&7; } &\"; done' 2>/dev/null & read -t 2 -u 7; "
+    "for p in /proc/[0-9]*; do read -r c <$p/comm && [ \"$c\" = sleep ] && kill ${p#/proc/}; done 2>/dev/null; "
+    "read -t 30 -u 7")
+
+
+@pytest.mark.parametrize("fresh", [case for case in CASES if case.id.endswith("-exec")], indirect=True)
+def test_a_watchdog_woken_while_nothing_can_fork_still_ends_the_command(fresh):
+    """The exec fallback's watchdog naps with `sleep`, re-napping when woken early. Under a fork bomb
+    its fork can fail, and `sh` exits where a fork fails: the timeout must hold all the same (CI saw
+    a bomb outlive its timeout, its watchdog started after the bomb had taken every pid)."""
+    env = fresh(pids_limit=128)
+    assert run(env, "true")["returncode"] == 0
+    started = time.monotonic()
+    result = run(env, BOMB_THEN_WAKE, timeout=4)
+    assert time.monotonic() - started < 8
+    assert result["extra"]["timed_out"] is True, result
+    deadline = time.monotonic() + 20
+    while int(run(env, "ls -d /proc/[0-9]* | wc -l", timeout=20)["output"] or 0) >= 20:
+        assert time.monotonic() < deadline, "the bomb outlived its timeout"
+        time.sleep(0.5)
+    assert run(env, "echo alive", timeout=20)["output"] == "alive\n"
+
+
 @pytest.mark.parametrize("engine", [pytest.param(e, marks=getattr(pytest.mark, e)) for e in ENGINES])
 def test_fork_bomb_at_the_default_pids_limit_leaves_the_runner_working(engine):
     """At the default limit (1024) the bomb also takes every thread the runner could start: the

@@ -66,7 +66,10 @@ SCRIPT_NAME = "swe-sandbox-exec"
 #: command token), or holds FILE (a trace file) open as its descriptor FD (``env -i`` drops the
 #: token, not the descriptor). No fork per process (pids may be exhausted).
 KILL_HOLDERS = r"""kill_holders() {
-  for f in $(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null); do
+  holders_=
+  # `command eval`: where a fork fails (a fork bomb fills the pids), sh gives up this step, not the shell
+  command eval 'holders_=$(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null)'
+  for f in $holders_; do
     q_=${f#/proc/}; q_=${q_%/environ}
     [ "$q_" = "$$" ] || kill -KILL "$q_" 2>/dev/null
   done
@@ -103,7 +106,8 @@ stat_of() {  # sets ppid_ and start_ (fields 4 and 22 of /proc/PID/stat); no for
   ppid_=$2 start_=${20}
 }
 older_holder() {  # does a process older than this command carry the environment entry $1?
-  for f in $(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null); do
+  olders_=; command eval 'olders_=$(grep -l -a -z -x -F "$1" /proc/[0-9]*/environ 2>/dev/null)'
+  for f in $olders_; do
     q_=${f#/proc/}; stat_of "${q_%/environ}" && [ "$start_" -lt "$started" ] && return 0
   done
   return 1
@@ -118,7 +122,8 @@ sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) 
       q=${p#/proc/}
       stat_of "$q" || continue
       [ "$ppid_" = 1 ] && [ "$started" != 0 ] && [ "$start_" -ge "$started" ] || continue
-      t=$(tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -m1 '^SWE_SANDBOX_CMD=')
+      t=; command eval 't=$(tr "\\0" "\\n" <"$p/environ" 2>/dev/null | grep -m1 "^SWE_SANDBOX_CMD=")'
+      # a fork that failed leaves t empty: the orphan is killed, as a process without a token is
       case $spared in *" ${t#SWE_SANDBOX_CMD=} "*) [ -n "$t" ] && older_holder "$t" && continue ;; esac
       kill -KILL "$q" 2>/dev/null
     done
@@ -135,10 +140,13 @@ if [ -n "$tcs" ]; then  # the watchdog's end, in centiseconds of /proc/uptime
     left=$((deadline - now)); [ "$left" -ge 1 ] || left=1; [ "$left" -le "$tcs" ] || left=$tcs
   fi
   # forked before the command, so a fork bomb cannot keep it from starting; it naps until the end
-  # (a `pkill sleep` from the command only wakes it early), then kills the command's session
+  # (a `pkill sleep` from the command only wakes it early), then kills the command's session. Its
+  # one fork is `sleep`, through `command eval`: under a fork bomb it spins until the end instead of dying
   setsid sh -c 'up() { read -r u _ </proc/uptime; now=${u%%.*}${u##*.}; }
-    up; while [ "$now" -lt "$1" ]; do r=$(($1 - now)); sleep $((r / 100)).$(printf %02d $((r % 100))); up; done
-    : >"$2/expired"; until read -r p <"$2/pid"; do sleep 0.01; done 2>/dev/null
+    up; while [ "$now" -lt "$1" ]; do
+      r=$(($1 - now)); f=$((r % 100)); [ "$f" -ge 10 ] || f=0$f; command eval "sleep $((r / 100)).$f"; up
+    done
+    : >"$2/expired"; until read -r p <"$2/pid"; do command eval "sleep 0.01"; done 2>/dev/null
     kill -KILL -"$p" 2>/dev/null; kill -KILL "$p"' \
     swe-sandbox-watchdog "$((now + left))" "$d" </dev/null >/dev/null 2>&1 &
   dog=$!
@@ -158,21 +166,21 @@ else
 fi
 if [ -n "$dog" ]; then kill -KILL -"$dog" "$dog" 2>/dev/null; fi
 now_cs; until_cs=$((now + limit))
-while alive "$reader" && now_cs && [ "$now" -lt "$until_cs" ]; do sleep 0.01; done
+while alive "$reader" && now_cs && [ "$now" -lt "$until_cs" ]; do command eval 'sleep 0.01'; done
 if alive "$reader"; then
   # Background jobs still hold the pipe: a detached reader discards what they write from now on.
   # It must have the FIFO open (its fd 3) before the first reader goes, or a writer would get EPIPE.
   # `-ef`, not `-e`: while the dynamic loader and setlocale run, fd 3 is libc or a locale file.
-  setsid cat "$d/out" </dev/null >/dev/null 2>&1 &
-  discard=$!
+  discard=; command eval 'setsid cat "$d/out" </dev/null >/dev/null 2>&1 & discard=$!'
+  [ -n "$discard" ] || discard=0  # no fork: nothing discards, the reader goes all the same
   now_cs; until_cs=$((now + 200))
   while ! [ "/proc/$discard/fd/3" -ef "$d/out" ] && alive "$discard" && now_cs && [ "$now" -lt "$until_cs" ]; do
-    sleep 0.01
+    command eval 'sleep 0.01'
   done
   kill -KILL "$reader" 2>/dev/null
 fi
 status rc=$rc timed_out=$timed_out
-rm -rf "$d"
+command eval 'rm -rf "$d"'
 exit "$rc"
 """
 
