@@ -40,7 +40,7 @@ from batch_fixtures import (  # noqa: F401
 from ray_fixtures import LocalCluster, ray_cluster, require_ray  # noqa: F401 - fixture
 from suite_fixtures import replay_args, suite  # noqa: F401 - fixture
 
-from swe_sandbox.batch.ray_settings import LABEL_RAY_NODE
+from swe_sandbox.batch.ray.settings import LABEL_RAY_NODE
 from swe_sandbox.batch.records import ResultsLog
 
 #: Seconds a whole suite run may take (20 tasks with evaluation).
@@ -219,7 +219,7 @@ def test_cost_limit_holds_across_the_cluster(ray_cluster, bwrap_ok, calc_repo, t
 def test_ray_is_imported_only_when_asked_for_and_bare_ray_means_local():
     from swe_sandbox.cli.batch import bare_ray_flag
 
-    code = ("import sys, swe_sandbox, swe_sandbox.cli.app, swe_sandbox.cli.batch, swe_sandbox.batch.driver, swe_sandbox.batch.eval_run;"
+    code = ("import sys, swe_sandbox, swe_sandbox.cli.app, swe_sandbox.cli.batch, swe_sandbox.batch.batch_run, swe_sandbox.batch.eval_run;"
             "print('ray' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
@@ -265,7 +265,7 @@ def test_cluster_addresses_are_checked_before_ray_is_joined(tmp_path, monkeypatc
 
 
 def test_scratch_of_workers_that_are_gone_is_swept(tmp_path):
-    from swe_sandbox.batch.ray_worker import SCRATCH_PREFIX, sweep_scratch
+    from swe_sandbox.batch.ray.worker import SCRATCH_PREFIX, sweep_scratch
 
     dead = subprocess.Popen(["true"])
     dead.wait()

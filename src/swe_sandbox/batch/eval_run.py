@@ -6,45 +6,33 @@ directory mirrors a batch's: ``<instance_id>/eval/`` (``patch.diff``, ``test_out
 line per evaluation, exit status ``Evaluated``), which makes a rerun resume: evaluated instances
 are skipped, infrastructure failures are evaluated again (up to ``max_attempts`` in all, within
 the run and across reruns); an instance whose verdict graded another patch than its prediction's
-now, or under another grading policy, is evaluated again. With ``executor="ray"`` each evaluation is one Ray task
-(``swe_sandbox.batch.ray_executor``); this process alone writes the directory.
+now, or under another grading policy, is evaluated again. Each evaluation is a unit of work
+(``EvaluationWork``) that the driver loop (``swe_sandbox.batch.driver``) runs on threads or, with
+``executor="ray"``, as one Ray task each; this process alone writes the directory.
 """
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import time
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any
 
 from swe_sandbox.batch import records as rec
-from swe_sandbox.batch.control import Cancellation
-from swe_sandbox.batch.evaluation import (
-    DEFAULT_EVAL_TIMEOUT_S,
-    STRICT,
-    EvalResult,
-    evaluate,
-    infra_failed,
-    patch_sha256,
-    write_eval_files,
-)
-from swe_sandbox.batch.tasks import TaskFileError
-from swe_sandbox.environments.container.pulling import stop_all as stop_pulls
+from swe_sandbox.batch.control import Cancellation, CostBudget
+from swe_sandbox.batch.driver import drive
+from swe_sandbox.batch.evaluation import patch_sha256, write_eval_files
+from swe_sandbox.batch.executors import make_executor
+from swe_sandbox.batch.grading import run_report
+from swe_sandbox.batch.options import RunOptions
+from swe_sandbox.batch.ray.settings import ray_options
+from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
+from swe_sandbox.batch.sandbox import check_environment_config
+from swe_sandbox.batch.tasks import Task, TaskFileError
+from swe_sandbox.batch.work import EVALUATED, EvaluationWork, WorkUnit
+from swe_sandbox.config import load_environment_config, validate
+from swe_sandbox.trajectory import atomic_write_text, to_json
 
-if TYPE_CHECKING:  # pragma: no cover
-    from swe_sandbox.batch.tasks import Task
-
-EVALUATED = "Evaluated"
-
-
-class EvalAttempt(NamedTuple):
-    """One finished evaluation: its result, when it started (Unix time, s) and where it ran (Ray)."""
-
-    result: EvalResult
-    started: float
-    node: str = ""
-    ray_node: str = ""
+__all__ = ["EVALUATED", "match_predictions", "run_eval"]
 
 
 def match_predictions(predictions: list[dict[str, Any]], tasks: list[Task]) -> dict[str, dict[str, Any]]:
@@ -61,77 +49,101 @@ def match_predictions(predictions: list[dict[str, Any]], tasks: list[Task]) -> d
     return {p["instance_id"]: p for p in predictions}
 
 
+class EvalRun:
+    """One run of ``run_eval`` over an output directory: the driver's plan (see ``run_eval``)."""
+
+    def __init__(self, preds: dict[str, dict[str, Any]], tasks: dict[str, Task], directory: Path,
+                 env_config: dict[str, Any], options: RunOptions):
+        self.preds, self.tasks, self.dir, self.env_config, self.options = preds, tasks, directory, env_config, options
+        self.log = rec.ResultsLog(directory / rec.RESULTS_FILE)
+        existing = self.log.read()
+        self.generation = rec.redo_generation(existing, tasks, options.max_attempts) if options.redo_existing else 0
+        stale = _stale(existing, self.generation, preds, tasks, options.grading)  # their records only number
+        self.state = rec.ResumeState(existing, self.generation, counts=lambda record: record.instance_id not in stale)
+        stale.clear()  # what this run adds counts
+
+    def unit(self, instance_id: str) -> WorkUnit | None:
+        """The evaluation ``instance_id`` needs now, or None."""
+        if not self.state.should_run(instance_id, self.options.max_attempts):
+            return None
+        return EvaluationWork(task=self.tasks[instance_id], patch=self.preds[instance_id]["model_patch"],
+                              env_config=self.env_config, options=self.options)
+
+    def pending(self) -> list[WorkUnit]:
+        return [unit for unit in map(self.unit, self.tasks) if unit is not None]
+
+    def commit(self, result: RolloutResult) -> WorkUnit | None:
+        """Write one finished evaluation: its eval files (with a verdict), then its ``results.jsonl``
+        line; an interrupted one is not an attempt. Returns the evaluation to run again, if any."""
+        evaluation = result.evaluation
+        if result.exit_status == INTERRUPTED or evaluation is None:
+            return None
+        if not evaluation.infra_failure:
+            write_eval_files(evaluation, self.dir / result.instance_id / rec.EVAL_DIR)
+        record = rec.AttemptRecord(
+            instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
+            exit_status=EVALUATED, done=result.done, error=evaluation.error,
+            duration_s=round(evaluation.duration_s, 3), backend=str(self.env_config.get("backend", "")),
+            started_at=result.started_at, finished_at=time.time(), patch_lines=len(result.submission.splitlines()),
+            eval_status=evaluation.status, resolved=evaluation.resolved, reward=evaluation.reward,
+            patch_sha256=evaluation.patch_sha256, grading=evaluation.grading, generation=self.generation)
+        if result.ray_node:
+            record.node, record.ray_node = result.node or record.node, result.ray_node
+        self.log.append(record)
+        self.state.add(record)
+        return self.unit(result.instance_id)
+
+
 def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: str | Path, *,
-             env_config: str | dict[str, Any] = "bwrap", workers: int = 1, max_attempts: int = 3,
-             redo_existing: bool = False, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
-             executor: Literal["threads", "ray"] = "threads", ray_address: str = "local",
-             cancel: Cancellation | None = None, grading: str = STRICT) -> dict[str, Any]:
+             env_config: str | dict[str, Any] = "bwrap", options: RunOptions | None = None,
+             cancel: Cancellation | None = None, **settings: Any) -> dict[str, Any]:
     """Evaluate ``predictions`` (from ``load_predictions``) of ``tasks``; write ``output_dir``.
 
-    ``workers`` at once on this machine, or (``executor="ray"``) one Ray task per evaluation on a
-    cluster (``ray_address``: ``auto``, an address, or ``local``; see ``run_batch``). Ctrl-C (or
-    ``cancel``, from another thread) closes the running evaluations' sandboxes at once and stops
-    the image pulls under way; what they were doing is not recorded (it runs again on resume).
+    ``options.workers`` at once on this machine, or (``executor="ray"``) one Ray task per
+    evaluation on a cluster (``ray_address``: ``auto``, an address, or ``local``; see
+    ``RunOptions``). Ctrl-C (or ``cancel``, from another thread) closes the running evaluations'
+    sandboxes at once and stops the image pulls under way; what they were doing is not recorded
+    (it runs again on resume). The grading policy is ``options.grading`` (a task's ``grading``
+    field wins).
 
-    ``grading``: the policy, ``strict`` (default) or ``swebench`` (``swe_sandbox.batch.evaluation``;
-    a task's ``grading`` field wins).
+    Args:
+        predictions: ``[{"instance_id", "model_patch", ...}]``.
+        tasks: from ``load_tasks``; only those with a prediction are evaluated.
+        output_dir: created if missing; its ``results.jsonl`` says what is done (resume).
+        env_config: a preset name, YAML file or dict (default ``bwrap``).
+        options: the run's settings; default ``RunOptions(**settings)`` (e.g. ``workers=4``).
+        cancel: cancel it (from another thread) to stop as Ctrl-C does.
 
     Returns:
         dict: the run report (``report.json``'s content).
 
     Raises:
         TaskFileError: a prediction for an unknown instance (nothing is written).
+        ConfigError: a bad setting or config.
         KeyboardInterrupt: Ctrl-C or ``cancel``: the evaluations under way were stopped (their
-            sandboxes closed), not awaited; the finished ones are written.
+            sandboxes closed); the finished ones are written.
+        BatchAborted: a second Ctrl-C, or evaluations still busy ``CANCEL_GRACE_S`` after the first.
     """
-    from swe_sandbox.batch.grading import run_report
-    from swe_sandbox.batch.ray_settings import ray_options
-    from swe_sandbox.batch.sandbox import check_environment_config
-    from swe_sandbox.config import load_environment_config
-    from swe_sandbox.trajectory import atomic_write_text, to_json
-
-    ray = ray_options(executor, ray_address, workers)
+    options = options or validate(RunOptions, settings, section="run")
+    ray_options(options.executor, options.ray_address, options.workers)
     preds = match_predictions(predictions, tasks)
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     by_id = {t.instance_id: t for t in tasks if t.instance_id in preds}
-    check_environment_config([by_id[i] for i in by_id], env)
+    check_environment_config(list(by_id.values()), env)
     directory = rec.output_directory(output_dir)
-    log = rec.ResultsLog(directory / rec.RESULTS_FILE)
-    existing = log.read()
-    generation = rec.redo_generation(existing, by_id, max_attempts) if redo_existing else 0
-    stale = _stale(existing, generation, preds, by_id, grading)  # their records count only for numbering
-    state = rec.ResumeState(existing, generation, counts=lambda record: record.instance_id not in stale)
-    stale.clear()  # what this run adds counts
-    todo = [i for i in by_id if state.should_run(i, max_attempts)]
-    cancel = cancel or Cancellation()
-    pool = _pool(ray, workers, cancel)
-    start = partial(_start, pool, ray is not None, env, eval_timeout, grading, cancel)
-    wait = True
-    try:
-        running = {start(by_id[i], preds[i]["model_patch"]): i for i in todo}
-        while running and not cancel.cancelled:
-            finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
-            for future in finished:
-                instance_id = running.pop(future)
-                attempt = future.result()
-                if cancel.cancelled or attempt is None:
-                    break  # an evaluation the cancel cut short: not an attempt
-                _commit(attempt, directory, log, state, generation, str(env.get("backend", "")))
-                if state.should_run(instance_id, max_attempts):  # an infrastructure failure: again
-                    running[start(by_id[instance_id], preds[instance_id]["model_patch"])] = instance_id
-        if cancel.cancelled:
-            raise KeyboardInterrupt("evaluation cancelled")
-    except KeyboardInterrupt:
-        wait = False  # the cancelled evaluations end on their own, unrecorded
-        cancel.cancel()
-        stop_pulls()
-        raise
-    finally:
-        pool.shutdown(wait=wait, cancel_futures=True)
-    outcomes = {i: r.eval_status for i, r in state.final.items() if r.done and r.eval_status}
+    run = EvalRun(preds, by_id, directory, env, options)
+    cancel, budget = cancel or Cancellation(), CostBudget()
+    drive(run, make_executor(options, directory, cancel, budget, _no_progress), cancel, budget)
+    if cancel.cancelled:
+        raise KeyboardInterrupt("evaluation cancelled")
+    outcomes = {i: r.eval_status for i, r in run.state.final.items() if r.done and r.eval_status}
     report = run_report([t.instance_id for t in tasks], preds, outcomes)
     atomic_write_text(directory / rec.REPORT_FILE, to_json(report, indent=2) + "\n")
     return report
+
+
+def _no_progress(instance_id: str, **fields: Any) -> None:
+    """An evaluation run shows no progress."""
 
 
 def _stale(records: list[rec.AttemptRecord], generation: int, preds: dict[str, dict[str, Any]],
@@ -149,74 +161,3 @@ def _stale(records: list[rec.AttemptRecord], generation: int, preds: dict[str, d
         if not same_patch or record.grading != (task.grading or grading):
             stale.add(instance_id)
     return stale
-
-
-def _pool(ray: Any, workers: int, cancel: Cancellation) -> Any:
-    if ray is None:
-        return cf.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="swe-sandbox-eval")
-    from swe_sandbox.batch.control import CostBudget
-    from swe_sandbox.batch.progress import BatchProgress
-    from swe_sandbox.batch.ray_executor import RayExecutor
-
-    return RayExecutor(ray, CostBudget(), cancel, BatchProgress())
-
-
-def _start(pool: Any, on_ray: bool, env: dict[str, Any], timeout: float, grading: str, cancel: Cancellation,
-           task: Task, patch: str | None) -> cf.Future:
-    if not on_ray:
-        return pool.submit(_evaluate_cancellable, task, patch, env, timeout, grading, cancel)
-    from swe_sandbox.batch.ray_settings import RemoteCall
-
-    call = RemoteCall(kind="evaluate", task=task, patch=patch, env_config=env, eval_timeout=timeout, grading=grading)
-    return pool.submit(call, partial(_lost, task, patch))
-
-
-def _lost(task: Task, patch: str | None, exit_status: str, error: str, where: dict[str, str]) -> EvalAttempt:
-    """The attempt of an evaluation whose Ray task was lost with its worker or node (runs again)."""
-    result = infra_failed(task, patch, f"{exit_status}: {error}")
-    return EvalAttempt(result, time.time(), where.get("node", ""), where.get("ray_node", ""))
-
-
-def evaluate_one(task: Task, patch: str | None, env: dict[str, Any], timeout: float,
-                 cancel: Cancellation | None = None, grading: str = STRICT) -> EvalAttempt:
-    """``evaluate`` with when it started: one unit of work of ``run_eval``.
-
-    Raises:
-        KeyboardInterrupt: ``cancel`` was cancelled.
-    """
-    started = time.time()
-    return EvalAttempt(evaluate(task, patch, env, timeout=timeout, cancel=cancel, grading_policy=grading), started)
-
-
-def _evaluate_cancellable(task: Task, patch: str | None, env: dict[str, Any], timeout: float, grading: str,
-                          cancel: Cancellation) -> EvalAttempt | None:
-    """``evaluate_one`` in a pool thread: None when the cancel cut it short (a KeyboardInterrupt
-    raised in a worker thread would only be re-raised by ``future.result()``)."""
-    try:
-        return evaluate_one(task, patch, env, timeout, cancel, grading)
-    except KeyboardInterrupt:
-        return None
-
-
-def _commit(attempt: EvalAttempt, directory: Path, log: rec.ResultsLog, state: rec.ResumeState,
-            generation: int, backend: str) -> rec.AttemptRecord:
-    """Write one finished evaluation: its eval files (with a verdict), then its ``results.jsonl`` line."""
-    result = attempt.result
-    if not result.infra_failure:
-        write_eval_files(result, directory / result.instance_id / rec.EVAL_DIR)
-    record = _record(result, state.next_attempt(result.instance_id), attempt.started, backend)
-    record.generation = generation
-    if attempt.ray_node:
-        record.node, record.ray_node = attempt.node or record.node, attempt.ray_node
-    log.append(record)
-    state.add(record)
-    return record
-
-
-def _record(result: EvalResult, attempt: int, started: float, backend: str) -> rec.AttemptRecord:
-    return rec.AttemptRecord(
-        instance_id=result.instance_id, attempt=attempt, exit_status=EVALUATED, done=not result.infra_failure,
-        error=result.error, duration_s=round(result.duration_s, 3), backend=backend, started_at=started,
-        finished_at=time.time(), patch_lines=len((result.patch or "").splitlines()),
-        eval_status=result.status, resolved=result.resolved, reward=result.reward,
-        patch_sha256=result.patch_sha256, grading=result.grading)

@@ -166,7 +166,10 @@ def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout
             if cancel is None:
                 return _run(environment, task, patch, timeout, policy, check)
             with cancel.closing(environment):
-                return _run(environment, task, patch, timeout, policy, check)
+                result = _run(environment, task, patch, timeout, policy, check)
+            if cancel.cancelled:  # its sandbox may have been closed under it: what it saw is no verdict
+                raise KeyboardInterrupt("batch cancelled")
+            return result
     except SetupFailed as exc:
         return _failed(task, patch, ERROR, str(exc))
     except (SandboxError, BackendUnavailable) as exc:

@@ -90,7 +90,7 @@ class LiveProgress(Tally):
         command = escape_controls(str(text).strip().splitlines()[0] if text else "")
         if len(command) > COMMAND_WIDTH:
             command = command[: COMMAND_WIDTH - 1] + "…"
-        from swe_sandbox.batch.ray_settings import short_node
+        from swe_sandbox.batch.ray.settings import short_node
 
         elapsed = time.monotonic() - info.get("since", time.monotonic())
         node = f"{short_node(info['ray_node'])} " if info.get("ray_node") else ""

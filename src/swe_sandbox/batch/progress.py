@@ -84,7 +84,7 @@ class Tally(BatchProgress):
 
     def slots_in_use(self) -> Counter[str]:
         """Running instances per Ray node (short id), for those that reported one. Call with ``lock`` held."""
-        from swe_sandbox.batch.ray_settings import short_node
+        from swe_sandbox.batch.ray.settings import short_node
 
         return Counter(short_node(info["ray_node"]) for info in self.running.values() if info.get("ray_node"))
 
@@ -121,7 +121,7 @@ class LineProgress(Tally):
         self._print(f"batch: {total} instances, {pending} to run, {self.done} done before")
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
-        from swe_sandbox.batch.ray_settings import short_node
+        from swe_sandbox.batch.ray.settings import short_node
 
         super().finished(record, result)
         if record is None:

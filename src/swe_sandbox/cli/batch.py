@@ -97,7 +97,7 @@ def bare_ray_flag(argv: list[str]) -> list[str]:
     out = list(argv)
     if not out or out[0] not in ("batch", "eval") or "--ray" not in out:
         return out
-    from swe_sandbox.batch.ray_settings import LOCAL
+    from swe_sandbox.batch.ray.settings import LOCAL
 
     for i, arg in enumerate(out):
         if arg == "--":
@@ -212,7 +212,7 @@ def _check_agent_config(agent: dict[str, Any]) -> None:
 
 
 def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
-    from swe_sandbox.batch.driver import run_batch
+    from swe_sandbox.batch.batch_run import run_batch
     from swe_sandbox.batch.progress import make_progress
 
     run_batch(tasks, output, run_config=config, env_config=env_data, progress=make_progress(), **options)
@@ -237,7 +237,7 @@ def _print_summary(directory: Path) -> None:
 def _guarded(body: Any) -> int:
     """``guard.guarded`` plus Ctrl-C: the first ends with 130 once the batch cleaned up; a
     second one (``BatchAborted``) exits at once, without waiting for worker threads."""
-    from swe_sandbox.batch.driver import BatchAborted
+    from swe_sandbox.errors import BatchAborted
 
     try:
         return guarded(body)

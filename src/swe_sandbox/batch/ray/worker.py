@@ -1,9 +1,9 @@
 """The worker side of the Ray executor: what one Ray task runs, and the batch's control actor.
 
-A Ray task runs one ``RemoteCall`` on the node Ray placed it on, with that node's engine, and
-returns its result as a value (``RolloutResult``, or ``EvalAttempt`` for ``swe-sandbox eval``);
-it writes nothing the driver reads: the trajectory the agent saves goes to a temporary file on the
-worker and comes back as text in the result. While it runs, a ``Heartbeat`` thread reports to the
+A Ray task runs one unit of work (``swe_sandbox.batch.work``) on the node Ray placed it on, with
+that node's engine, and returns its ``RolloutResult`` as a value; it writes nothing the driver
+reads: the trajectory the agent saves goes to a temporary directory on the worker and comes back
+as text in the result. While it runs, a ``Heartbeat`` thread reports to the
 ``BatchControl`` actor every ``heartbeat_s`` (node, phase, step, cost so far, last command) and
 applies what the actor answers: ``STOP_CANCEL`` closes the sandbox at once (as Ctrl-C does on one
 machine), ``STOP_BUDGET`` makes the agent stop with ``LimitsExceeded`` at its next step.
@@ -25,8 +25,10 @@ from typing import Any, TypedDict
 import ray
 
 from swe_sandbox.batch.control import Cancellation, CostBudget
-from swe_sandbox.batch.ray_settings import GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL, RemoteCall
+from swe_sandbox.batch.ray.settings import GO, LABEL_BATCH_RUN, LABEL_RAY_NODE, STOP_BUDGET, STOP_CANCEL
+from swe_sandbox.batch.rollouts import RolloutResult
 from swe_sandbox.batch.sandbox import IMAGE_BACKENDS
+from swe_sandbox.batch.work import WorkContext, WorkUnit
 
 #: Name prefix of a rollout's scratch directory on a worker (its trajectory until it returns),
 #: followed by the worker's pid (``sweep_scratch``).
@@ -120,7 +122,7 @@ class Heartbeat:
 
 
 class NodeFields(TypedDict):
-    """Where a call runs: fields of its ``RolloutResult`` and ``EvalAttempt``."""
+    """Where a unit runs: fields of its ``RolloutResult``."""
 
     ray_node: str
     node: str
@@ -139,48 +141,26 @@ def labelled(env_config: dict[str, Any], batch_run: str, ray_node: str) -> dict[
     return {**env_config, "labels": labels}
 
 
-def execute(call: RemoteCall, control: Any) -> Any:
-    """Run ``call`` here (the body of every Ray task of a batch); returns its result as a value."""
+def execute(unit: WorkUnit, control: Any, batch_run: str, heartbeat_s: float) -> RolloutResult:
+    """Run ``unit`` here (the body of every Ray task of a run); returns its result as a value.
+
+    Args:
+        unit: the work.
+        control: the run's ``BatchControl`` actor handle.
+        batch_run: the run's id, a label on the containers the unit creates (``LABEL_BATCH_RUN``).
+        heartbeat_s: seconds between reports to ``control``.
+    """
     where = node_fields()
-    env = labelled(call.env_config, call.batch_run, where["ray_node"])
+    unit = unit.model_copy(update={"env_config": labelled(unit.env_config, batch_run, where["ray_node"])})
     reported = {**where, "started_at": time.time()}  # a lost task's record still says when it started
-    with Heartbeat(control, call.instance_id, reported, call.heartbeat_s, call.cost_limit) as beat:
-        if beat.answer != GO and call.kind != "evaluate":  # queued before the stop: it does not start
-            return _not_started(call, where)
-        if call.kind == "evaluate":
-            return _evaluation(call, env, where)
-        if call.kind == "evaluate_kept":
-            from swe_sandbox.batch.rollouts import evaluate_kept
-
-            beat.progress(call.instance_id, phase="evaluating")
-            result = evaluate_kept(call.task, call.exit_status, call.patch or "", env, cancel=beat.cancel,
-                                   eval_timeout=call.eval_timeout, backend=call.backend, grading=call.grading)
-        else:
-            result = _rollout(call, env, beat)
+    with Heartbeat(control, unit.instance_id, reported, heartbeat_s, unit.options.cost_limit) as beat:
+        if beat.answer != GO:  # queued before the stop: it does not start
+            return unit.not_started().model_copy(update=where)
+        sweep_scratch()
+        with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
+            context = WorkContext(beat.cancel, beat.budget, beat.progress, Path(scratch), ship_trajectory=True)
+            result = unit.run(context)
     return result.model_copy(update=where)
-
-
-def _not_started(call: RemoteCall, where: NodeFields) -> Any:
-    """The result of a call the batch stopped before it started: not an attempt (it runs on resume)."""
-    from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
-
-    return RolloutResult(instance_id=call.instance_id, exit_status=INTERRUPTED, done=False, error="not started: "
-                         "the batch was stopping", backend=str(call.env_config.get("backend", "")), **where)
-
-
-def _rollout(call: RemoteCall, env: dict[str, Any], beat: Heartbeat) -> Any:
-    """``rollout``, its trajectory saved to a temporary file here and returned as text."""
-    from swe_sandbox.batch.rollouts import rollout
-
-    sweep_scratch()
-    with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
-        path = Path(scratch) / "trajectory.json"
-        result = rollout(call.task, call.run_config, env, call.evaluate, trajectory_path=path, cancel=beat.cancel,
-                         budget=beat.budget, progress=beat.progress, eval_timeout=call.eval_timeout,
-                         grading=call.grading)
-        result.trajectory = path.read_text(encoding="utf-8") if path.is_file() else None
-    result.messages = []  # the trajectory has them
-    return result
 
 
 def sweep_scratch(root: str | None = None) -> None:
@@ -191,9 +171,3 @@ def sweep_scratch(root: str | None = None) -> None:
         pid = path.name[len(SCRATCH_PREFIX):].split("-", 1)[0]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(path, ignore_errors=True)
-
-
-def _evaluation(call: RemoteCall, env: dict[str, Any], where: NodeFields) -> Any:
-    from swe_sandbox.batch.eval_run import evaluate_one
-
-    return evaluate_one(call.task, call.patch, env, call.eval_timeout, grading=call.grading)._replace(**where)

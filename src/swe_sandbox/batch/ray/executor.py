@@ -1,11 +1,11 @@
-"""The driver side of ``--ray``: one Ray task per rollout (or evaluation), results as they finish.
+"""The driver side of ``--ray``: one Ray task per unit of work, results as they finish.
 
-``RayExecutor`` connects to a cluster (or starts a local Ray for the run) and quacks like the
-thread pool the driver otherwise uses: ``submit`` returns a ``concurrent.futures.Future`` for the
-call's value, ``shutdown`` ends it. Each call is one Ray task asking for one unit of the custom
+``RayExecutor`` connects to a cluster (or starts a local Ray for the run) and is an ``Executor``
+as the thread pool is (``swe_sandbox.batch.executors``): ``submit`` returns a
+``concurrent.futures.Future`` for the unit's result, ``shutdown`` ends it. Each unit is one Ray task asking for one unit of the custom
 resource ``swe_sandbox`` (no CPU), so no node runs more sandboxes than it offers, with Ray's own
 retries off (``max_retries=0``): an infrastructure failure (the worker or its node lost, a result
-lost with its node) resolves the future with the caller's ``lost`` value, which the driver records
+lost with its node) resolves the future with the unit's ``lost`` result, which the driver records
 as an attempt (with its node) and submits again, up to ``--max-attempts``. A ``pump`` thread
 waits on the tasks with ``ray.wait`` and resolves each future as its task ends; in between it
 reads the running tasks' reports from the ``BatchControl`` actor (progress, node, cost so far),
@@ -23,13 +23,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import ray
 
-from swe_sandbox.batch.ray_settings import (
+from swe_sandbox.batch.control import Cancellation, CostBudget
+from swe_sandbox.batch.ray.settings import (
     CONNECT_CHECK_S,
     CURRENT_CLUSTER_FILE,
     LOCAL,
@@ -38,17 +38,11 @@ from swe_sandbox.batch.ray_settings import (
     STOP_BUDGET,
     STOP_CANCEL,
     RayOptions,
-    RemoteCall,
 )
-from swe_sandbox.batch.ray_worker import BatchControl, execute
-
-if TYPE_CHECKING:  # pragma: no cover
-    from swe_sandbox.batch.control import Cancellation, CostBudget
-    from swe_sandbox.batch.progress import BatchProgress
-
-#: ``lost(exit_status, error, fields)``: the value of a call whose task failed for an infrastructure
-#: reason (``fields``: the ``node`` and ``ray_node`` it last reported, when it did).
-Lost = Callable[[str, str, dict[str, str]], Any]
+from swe_sandbox.batch.ray.worker import BatchControl, execute
+from swe_sandbox.batch.rollouts import RolloutResult
+from swe_sandbox.batch.work import Progress, WorkUnit
+from swe_sandbox.errors import BackendUnavailable, ConfigError
 
 
 def connect(options: RayOptions) -> bool:
@@ -60,8 +54,6 @@ def connect(options: RayOptions) -> bool:
             ``swe_sandbox`` resource.
         ConfigError: the address is not ``auto``, ``local`` or ``host:port``.
     """
-    from swe_sandbox.errors import BackendUnavailable
-
     here = not ray.is_initialized()
     if here and options.address == LOCAL:
         ray.init(address=LOCAL, num_cpus=1, resources={RESOURCE: options.local_slots}, include_dashboard=False,
@@ -88,8 +80,6 @@ def cluster_address(address: str) -> str:
         ConfigError: not ``auto`` nor ``host:port`` (``ray://`` needs Ray Client, not used here).
         BackendUnavailable: ``auto`` and no cluster is known on this machine.
     """
-    from swe_sandbox.errors import BackendUnavailable, ConfigError
-
     if address == "auto":
         known = os.environ.get("RAY_ADDRESS", "").strip()
         if not known and os.path.isfile(CURRENT_CLUSTER_FILE):
@@ -111,8 +101,6 @@ def reachable(address: str) -> str:
     Raises:
         BackendUnavailable: nothing answers there (``ray.init`` would retry for minutes).
     """
-    from swe_sandbox.errors import BackendUnavailable
-
     host, _, port = address.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_CHECK_S).close()
@@ -122,17 +110,16 @@ def reachable(address: str) -> str:
 
 
 class RayExecutor:
-    """Runs ``RemoteCall`` s as Ray tasks (see the module docstring).
+    """Runs units of work as Ray tasks (see the module docstring).
 
     Args:
         options: how to reach Ray.
         budget: the batch's cost limit (running tasks' costs are tracked in it, finished ones added).
         cancel: when cancelled, running tasks are told to stop.
-        progress: receives ``update(instance_id, node=..., phase=..., ...)`` from the running tasks.
+        progress: receives ``(instance_id, node=..., phase=..., ...)`` from the running tasks.
     """
 
-    def __init__(self, options: RayOptions, budget: CostBudget, cancel: Cancellation,
-                 progress: BatchProgress) -> None:
+    def __init__(self, options: RayOptions, budget: CostBudget, cancel: Cancellation, progress: Progress) -> None:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.options, self.budget, self.cancel, self.progress = options, budget, cancel, progress
@@ -143,7 +130,7 @@ class RayExecutor:
         self.control: Any = ray.remote(BatchControl).options(num_cpus=0, scheduling_strategy=here).remote()
         self.task = ray.remote(execute).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
         self._lock = threading.Lock()
-        self._running: dict[ray.ObjectRef, tuple[RemoteCall, Lost, cf.Future]] = {}
+        self._running: dict[ray.ObjectRef, tuple[WorkUnit, cf.Future[RolloutResult]]] = {}
         self._last: dict[str, dict[str, Any]] = {}
         self._active: set[str] = set()
         self._stopped = ""
@@ -160,13 +147,13 @@ class RayExecutor:
             self._slots_at = time.monotonic()
         return self._slots * (1 + self.options.queued_per_slot)
 
-    def submit(self, call: RemoteCall, lost: Lost) -> cf.Future:
-        """Start ``call`` as one Ray task; the future gets its value (or ``lost(...)``'s)."""
-        future: cf.Future = cf.Future()
-        call = call.model_copy(update={"heartbeat_s": self.options.heartbeat_s, "batch_run": self.run_id})
+    def submit(self, unit: WorkUnit) -> cf.Future[RolloutResult]:
+        """Start ``unit`` as one Ray task; the future gets its result (or, lost, ``unit.lost(...)``)."""
+        future: cf.Future[RolloutResult] = cf.Future()
+        ref = self.task.remote(unit, self.control, self.run_id, self.options.heartbeat_s)
         with self._lock:
-            self._running[self.task.remote(call, self.control)] = (call, lost, future)
-            self._active.add(call.instance_id)
+            self._running[ref] = (unit, future)
+            self._active.add(unit.instance_id)
         return future
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
@@ -174,7 +161,7 @@ class RayExecutor:
         (a local Ray started for the run is stopped; its tasks' workers end with it)."""
         if wait:
             with self._lock:
-                futures = [f for _, _, f in self._running.values()]
+                futures = [f for _, f in self._running.values()]
             cf.wait(futures)
         self._closed.set()
         self._pump.join(timeout=10)
@@ -206,16 +193,16 @@ class RayExecutor:
 
     def _resolve(self, ref: ray.ObjectRef) -> None:
         with self._lock:
-            call, lost, future = self._running.pop(ref)
-            self._active.discard(call.instance_id)
-        instance_id = call.instance_id
+            unit, future = self._running.pop(ref)
+            self._active.discard(unit.instance_id)
+        instance_id = unit.instance_id
         try:
-            value = ray.get(ref)
+            result = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            value = lost(type(exc).__name__, _first_line(exc), self._last.get(instance_id, {}))
+            result = unit.lost(type(exc).__name__, _first_line(exc), self._last.get(instance_id, {}))
         self._last.pop(instance_id, None)
-        self.budget.finish(instance_id, float(getattr(value, "cost", 0.0) or 0.0))
-        future.set_result(value)
+        self.budget.finish(instance_id, result.cost)
+        future.set_result(result)
 
     def _sync(self) -> None:
         """Take the running tasks' news into progress and the budget; tell them to stop if needed."""
@@ -233,7 +220,7 @@ class RayExecutor:
                     return float(last.get("cost", 0.0))
 
                 self.budget.track(instance_id, cost_so_far)
-            self.progress.update(instance_id, **fields)
+            self.progress(instance_id, **fields)
         why = STOP_CANCEL if self.cancel.cancelled else STOP_BUDGET if self.budget.exhausted() else ""
         if why and why != self._stopped:
             self._stopped = why

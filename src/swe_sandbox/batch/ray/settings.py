@@ -1,7 +1,7 @@
 """What the Ray executor is told and says: its options, constants and messages (no Ray import).
 
 ``swe-sandbox batch --ray [ADDRESS]`` / ``run_batch(..., executor="ray")`` fan rollouts out on a
-Ray cluster (DESIGN.md §7): one Ray task per rollout (or evaluation), each asking for one unit of
+Ray cluster (DESIGN.md §7): one Ray task per unit of work, each asking for one unit of
 the custom resource ``RESOURCE``, which a node offers with ``ray start ... --resources
 '{"swe_sandbox": N}'``. This module holds what the driver, the workers and the CLI share, and is
 importable without Ray installed.
@@ -9,12 +9,11 @@ importable without Ray installed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from importlib.util import find_spec
 
 from pydantic import BaseModel, ConfigDict, Field
 
-if TYPE_CHECKING:  # pragma: no cover
-    from swe_sandbox.batch.tasks import Task
+from swe_sandbox.errors import ConfigError
 
 #: The custom resource a node offers once per sandbox slot, and each task asks one unit of.
 RESOURCE = "swe_sandbox"
@@ -77,51 +76,12 @@ def short_node(node_id: str) -> str:
     return node_id[:NODE_SHORT]
 
 
-class RemoteCall(BaseModel):
-    """One Ray task's work, as the driver ships it to a worker.
-
-    ``kind``: ``rollout`` (``swe_sandbox.batch.rollouts.rollout``), ``evaluate_kept`` (evaluate an
-    earlier attempt's patch: ``exit_status``, ``patch``, ``backend``) or ``evaluate`` (``swe-sandbox
-    eval``: ``patch``). Paths in ``task`` and the configs are read on the worker's node.
-    """
-
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-
-    kind: Literal["rollout", "evaluate_kept", "evaluate"]
-    task: Any
-    """The ``Task``."""
-    env_config: dict[str, Any]
-    batch_run: str = ""
-    """The run's id (set by the executor): a label on the containers the call creates (``LABEL_BATCH_RUN``)."""
-    run_config: dict[str, Any] = {}
-    evaluate: bool = False
-    eval_timeout: float = 1800.0
-    """Seconds for each ``eval_command``."""
-    grading: str = "strict"
-    """The grading policy (``swe_sandbox.batch.evaluation.GRADING_POLICIES``)."""
-    cost_limit: float = 0.0
-    """The batch's total, USD (0: none); the driver counts it, the worker only learns it was reached."""
-    exit_status: str = ""
-    patch: str | None = None
-    backend: str = ""
-    heartbeat_s: float = 0.5
-
-    @property
-    def instance_id(self) -> str:
-        task: Task = self.task
-        return task.instance_id
-
-
 def ray_options(executor: str, address: str | None, workers: int) -> RayOptions | None:
     """The ``RayOptions`` of ``executor="ray"`` (None for ``threads``), checked before anything runs.
 
     Raises:
         ConfigError: an unknown executor, or Ray is not installed.
     """
-    from importlib.util import find_spec
-
-    from swe_sandbox.errors import ConfigError
-
     if executor == "threads":
         return None
     if executor != "ray":
