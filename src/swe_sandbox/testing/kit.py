@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from swe_sandbox.testing.capabilities import missing_capabilities
+from swe_sandbox.capabilities import missing_capabilities
 
 if TYPE_CHECKING:
     from swe_sandbox.environments.base import Environment
@@ -36,7 +36,7 @@ def requires(*capabilities: str) -> pytest.MarkDecorator:
     """Mark a kit test (or, as ``pytestmark``, a module) as needing ``capabilities``.
 
     Where the backend under test lacks one, the test becomes ``xfail(strict=True)`` with the
-    backend's reason (see ``swe_sandbox.testing.capabilities``).
+    backend's reason (see ``swe_sandbox.capabilities``).
     """
     return getattr(pytest.mark, REQUIRES_MARKER)(*capabilities)
 

@@ -26,7 +26,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REQUIRES_MARKER}(*capabilities): the test needs these "
-                                       "capabilities of the backend (swe_sandbox.testing.capabilities)")
+                                       "capabilities of the backend (swe_sandbox.capabilities)")
     name = config.getoption("swe_sandbox_backend")
     if name and not config.pluginmanager.has_plugin(FIXTURES):
         import importlib

@@ -44,9 +44,7 @@ from typing import Any
 import pytest
 
 import swe_sandbox
-from swe_sandbox.environments.base import HOST_GRACE_S
-from swe_sandbox.errors import ProtocolError, SandboxDied
-from swe_sandbox.testing.capabilities import (
+from swe_sandbox.capabilities import (
     HOST_ISOLATION,
     HOST_VISIBLE_PROCESSES,
     NOT_HOST_ROOT,
@@ -55,6 +53,8 @@ from swe_sandbox.testing.capabilities import (
     TAMPERPROOF_TIMEOUT,
     UNREACHABLE_RUNNER_CHANNEL,
 )
+from swe_sandbox.environments.base import HOST_GRACE_S
+from swe_sandbox.errors import ProtocolError, SandboxDied
 from swe_sandbox.testing.kit import (
     has,
     host_processes_with,

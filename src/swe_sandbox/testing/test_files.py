@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from swe_sandbox.testing.capabilities import FILES_OUTSIDE_WORKSPACE
+from swe_sandbox.capabilities import FILES_OUTSIDE_WORKSPACE
 from swe_sandbox.testing.kit import hosts_its_workspace, requires, run, shareable_workspace, unique_marker
 
 

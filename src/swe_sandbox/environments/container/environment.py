@@ -62,7 +62,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
+from swe_sandbox.environments import fallback
 from swe_sandbox.environments.base import Channel, Environment, Session, spawn_runner
 from swe_sandbox.environments.container.archive import (
     extract_chunks,
@@ -301,10 +303,7 @@ class ContainerEnvironment(Environment):
 
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
-        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
-        from swe_sandbox.environments import fallback
-        from swe_sandbox.testing import capabilities as cap
-
+        """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         if config.runner != "exec":
             return {}
         return {**fallback.missing_capabilities(),
