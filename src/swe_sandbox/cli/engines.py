@@ -64,13 +64,13 @@ def gc_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as a JSON list.")] = False,
 ) -> None:
-    from swe_sandbox.environments.container.engine import gc
+    from swe_sandbox.environments import environment_class
 
     chosen = tuple(backends or ("docker", "podman"))
     unknown = [b for b in chosen if b not in ("docker", "podman")]
     if unknown:
         raise typer.BadParameter(f"{', '.join(unknown)} (gc knows docker and podman)", param_hint="--env")
-    report = gc(chosen, dry_run=dry_run, all_hosts=all_hosts)
+    report = [entry for name in chosen for entry in environment_class(name).gc(dry_run=dry_run, all_hosts=all_hosts)]
     failed = any(entry["action"].startswith("error") for entry in report)
     if as_json:
         typer.echo(json.dumps(report))
