@@ -10,8 +10,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swe_sandbox.cli.prepare import submission_path
-
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
@@ -134,6 +132,7 @@ def show_summary(console: Console, status: str, submission: str, output: Path) -
     (its control characters escaped; the file holds it exactly)."""
     from rich.text import Text
 
+    from swe_sandbox.preflight import submission_path
     from swe_sandbox.terminal import escape_controls
 
     console.rule(Text("done", style="bold"), align="left")

@@ -124,12 +124,12 @@ def image_pull_command(
                                                           help="Image of each task without one (as for batch).")] = None,
 ) -> None:
     from swe_sandbox.cli.guard import guarded
-    from swe_sandbox.cli.prepare import require_usable
 
     def body() -> int:
-        from swe_sandbox.cli.image_pull import collect_images, pull_images
+        from swe_sandbox.batch.pulls import collect_images, pull_images
         from swe_sandbox.cli.pull_display import show_pulls
         from swe_sandbox.config import apply_overrides, load_environment_config
+        from swe_sandbox.preflight import require_usable
 
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
         images = collect_images(list(sources), image_template)
