@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from swe_sandbox.cli.guard import guarded
+from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err
 
 GC_HELP = """\
@@ -123,11 +125,8 @@ def image_pull_command(
     image_template: Annotated[str | None, typer.Option("--image-template", metavar="TEMPLATE",
                                                           help="Image of each task without one (as for batch).")] = None,
 ) -> None:
-    from swe_sandbox.cli.guard import guarded
-
     def body() -> int:
         from swe_sandbox.batch.pulls import collect_images, pull_images
-        from swe_sandbox.cli.pull_display import show_pulls
         from swe_sandbox.config import apply_overrides, load_environment_config
         from swe_sandbox.preflight import require_usable
 

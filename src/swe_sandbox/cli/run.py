@@ -28,7 +28,11 @@ from swe_sandbox.cli.exit_codes import (
 )
 from swe_sandbox.cli.guard import guarded
 from swe_sandbox.cli.prepare import DEFAULT_RUNS_DIR, default_output_path, read_task
+from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err, interrupt_exit
+from swe_sandbox.redact import redact
+from swe_sandbox.terminal import escape_controls
+from swe_sandbox.trajectory import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -103,7 +107,6 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         KeyboardInterrupt: after the trajectory was saved and the sandbox removed (also
             ``errors.Terminated``, for SIGTERM / SIGHUP).
     """
-    from swe_sandbox.cli.pull_display import show_pulls
     from swe_sandbox.preflight import prepare_run
     from swe_sandbox.workspace import build_environment
 
@@ -130,9 +133,6 @@ def finish_run(agent: Any, status: str, submission: str, output: Path, console: 
     from rich.text import Text
 
     from swe_sandbox.preflight import submission_path
-    from swe_sandbox.redact import redact
-    from swe_sandbox.terminal import escape_controls
-    from swe_sandbox.trajectory import atomic_write_text
 
     if status == "Submitted":
         submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
