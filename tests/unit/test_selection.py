@@ -8,7 +8,7 @@ import json
 import pytest
 
 from swe_sandbox.batch.pulls import PullReport, collect_images
-from swe_sandbox.batch.selection import SelectionError, load_task_file, predicted_tasks, select_tasks
+from swe_sandbox.batch.selection import filter_pattern, load_task_file, parse_slice, predicted_tasks, select_tasks
 from swe_sandbox.batch.tasks import Task, TaskFileError
 from swe_sandbox.errors import BackendUnavailable, ConfigError, ImagePullError
 from swe_sandbox.preflight import check_model_config, check_output_path, require_usable, submission_path
@@ -25,27 +25,35 @@ def ids(selected: list[Task]) -> list[str]:
 def test_filter_then_slice_and_nothing_given_is_everything():
     all_tasks = tasks("a-1", "b-1", "a-2", "a-3")
     assert ids(select_tasks(all_tasks)) == ["a-1", "b-1", "a-2", "a-3"]
-    assert ids(select_tasks(all_tasks, "a-")) == ["a-1", "a-2", "a-3"]
-    assert ids(select_tasks(all_tasks, "a-", "1:")) == ["a-2", "a-3"]
-    assert ids(select_tasks(all_tasks, None, "::2")) == ["a-1", "a-2"]
-    assert ids(select_tasks(all_tasks, "-1")) == []  # re.match: anchored at the start
+    assert ids(select_tasks(all_tasks, filter_pattern("a-"))) == ["a-1", "a-2", "a-3"]
+    assert ids(select_tasks(all_tasks, filter_pattern("a-"), parse_slice("1:"))) == ["a-2", "a-3"]
+    assert ids(select_tasks(all_tasks, None, parse_slice("::2"))) == ["a-1", "a-2"]
+    assert ids(select_tasks(all_tasks, filter_pattern("-1"))) == []  # re.match: anchored at the start
 
 
 def test_shuffle_is_fixed_and_comes_first():
     all_tasks = tasks(*(f"t-{i}" for i in range(20)))
     once, again = select_tasks(all_tasks, shuffle=True), select_tasks(all_tasks, shuffle=True)
     assert ids(once) == ids(again) != ids(all_tasks)
-    assert ids(select_tasks(all_tasks, None, "0:3", shuffle=True)) == ids(once)[:3]
+    assert ids(select_tasks(all_tasks, None, parse_slice("0:3"), shuffle=True)) == ids(once)[:3]
     assert ids(all_tasks) == [f"t-{i}" for i in range(20)]  # the input is not changed
 
 
-@pytest.mark.parametrize("filter_re, slice_spec, option", [
-    ("(", None, "--filter"), (None, "3", "--slice"), (None, "a:b", "--slice"), (None, "1:2:3:4", "--slice"),
-])
-def test_bad_filter_or_slice_names_its_option(filter_re, slice_spec, option):
-    with pytest.raises(SelectionError) as caught:
-        select_tasks(tasks("a"), filter_re, slice_spec)
-    assert caught.value.option == option and str(caught.value)
+@pytest.mark.parametrize("spec, expected", [("0:10", slice(0, 10)), ("5:", slice(5, None)), (":-1", slice(None, -1)),
+                                            ("1:9:2", slice(1, 9, 2)), (" 1 : 2 ", slice(1, 2))])
+def test_parse_slice(spec, expected):
+    assert parse_slice(spec) == expected
+
+
+@pytest.mark.parametrize("spec", ["3", "a:b", "1:2:3:4", "", "1.5:2", "1:5:0"])
+def test_a_bad_slice_says_what_is_expected(spec):
+    with pytest.raises(ValueError, match=r"^expected START:STOP, e\.g\. 0:10; got "):
+        parse_slice(spec)
+
+
+def test_a_bad_filter_says_why():
+    with pytest.raises(ValueError, match="^not a regular expression: "):
+        filter_pattern("(")
 
 
 def test_predicted_tasks_keep_task_order():

@@ -20,18 +20,6 @@ from swe_sandbox.batch.tasks import Task, load_dataset
 SHUFFLE_SEED = 42
 
 
-class SelectionError(ValueError):
-    """An invalid ``--filter`` or ``--slice``.
-
-    Attributes:
-        option: the option at fault, as the command line spells it (``"--filter"``, ``"--slice"``).
-    """
-
-    def __init__(self, option: str, message: str):
-        super().__init__(message)
-        self.option = option
-
-
 def load_task_file(path: Path, image_template: str | None = None, split: str | None = None) -> list[Task]:
     """The tasks of ``path`` (``load_dataset(path, split)``), ``image_template`` naming the image of
     each task that has none.
@@ -53,45 +41,67 @@ def load_task_file(path: Path, image_template: str | None = None, split: str | N
     return tasks
 
 
-def select_tasks(tasks: list[Task], filter_re: str | None = None, slice_spec: str | None = None,
+def filter_pattern(filter_re: str) -> re.Pattern[str]:
+    """``--filter``'s regular expression, compiled.
+
+    Args:
+        filter_re: the expression (matched with ``re.match``: from the id's start).
+
+    Returns:
+        re.Pattern[str]: the compiled expression.
+
+    Raises:
+        ValueError: not a regular expression (the message says why).
+    """
+    try:
+        return re.compile(filter_re)
+    except re.error as exc:
+        raise ValueError(f"not a regular expression: {exc}") from None
+
+
+def parse_slice(slice_spec: str) -> slice:
+    """``--slice``'s ``START:STOP[:STEP]`` as a slice (each part may be empty).
+
+    Args:
+        slice_spec: e.g. ``0:10``, ``5:``, ``::2``.
+
+    Returns:
+        slice: the Python slice.
+
+    Raises:
+        ValueError: no ``:``, more than three parts, a part that is not an integer, or a step of 0.
+    """
+    parts = slice_spec.split(":")
+    try:
+        numbers = [int(p) if p.strip() else None for p in parts]
+    except ValueError:
+        numbers = []
+    if not 2 <= len(parts) <= 3 or len(numbers) != len(parts) or (len(numbers) == 3 and numbers[2] == 0):
+        raise ValueError(f"expected START:STOP, e.g. 0:10; got {slice_spec!r}")
+    return slice(*numbers)
+
+
+def select_tasks(tasks: list[Task], pattern: re.Pattern[str] | None = None, window: slice | None = None,
                  shuffle: bool = False) -> list[Task]:
     """mini-swe-agent's selection: shuffle, then filter, then slice.
 
     Args:
         tasks: the loaded tasks (not changed).
-        filter_re: a regular expression the instance id must ``re.match``; None or empty: every task.
-        slice_spec: ``START:STOP[:STEP]`` of what is left, e.g. ``0:10``; None or empty: all of it.
+        pattern: the instance id must ``re.match`` it (``filter_pattern``); None: every task.
+        window: the part of what is left to keep (``parse_slice``); None: all of it.
         shuffle: shuffle first, with ``SHUFFLE_SEED``. Default False.
 
     Returns:
         list[Task]: the selected tasks, in the selection's order.
-
-    Raises:
-        SelectionError: ``filter_re`` is not a regular expression, or ``slice_spec`` not a slice.
     """
     selected = list(tasks)
     if shuffle:
         random.Random(SHUFFLE_SEED).shuffle(selected)
-    if filter_re:
-        try:
-            pattern = re.compile(filter_re)
-        except re.error as exc:
-            raise SelectionError("--filter", f"not a regular expression: {exc}") from None
+    if pattern is not None:
         selected = [t for t in selected if pattern.match(t.instance_id)]
-    if slice_spec:
-        selected = _sliced(selected, slice_spec)
+    if window is not None:
+        selected = selected[window]
     return selected
-
-
-def _sliced(tasks: list[Task], slice_spec: str) -> list[Task]:
-    try:
-        parts = [int(p) if p.strip() else None for p in slice_spec.split(":")]
-        sliced = tasks[slice(*parts)] if 1 <= len(parts) <= 3 and ":" in slice_spec else None
-    except ValueError:
-        sliced = None
-    if sliced is None:
-        raise SelectionError("--slice", f"expected START:STOP, e.g. 0:10; got {slice_spec!r}")
-    return sliced
 
 
 def predicted_tasks(tasks: Iterable[Task], predictions: Iterable[Mapping[str, Any]]) -> list[Task]:

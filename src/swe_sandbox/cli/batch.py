@@ -96,18 +96,25 @@ def bare_ray_flag(argv: list[str]) -> list[str]:
 
 
 def select_tasks(tasks: list[Task], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list[Task]:
-    """``selection.select_tasks``, its refusals as the option's usage error.
+    """``selection.select_tasks`` over ``--filter`` / ``--slice`` as given.
 
     Raises:
         typer.BadParameter: an invalid regular expression or slice.
     """
-    from swe_sandbox.batch.selection import SelectionError
-    from swe_sandbox.batch.selection import select_tasks as select
+    from swe_sandbox.batch import selection
 
-    try:
-        return select(tasks, filter_re, slice_spec, shuffle)
-    except SelectionError as exc:
-        raise typer.BadParameter(str(exc), param_hint=f"'{exc.option}'") from None
+    pattern = window = None
+    if filter_re:
+        try:
+            pattern = selection.filter_pattern(filter_re)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--filter'") from None
+    if slice_spec:
+        try:
+            window = selection.parse_slice(slice_spec)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--slice'") from None
+    return selection.select_tasks(tasks, pattern, window, shuffle)
 
 
 @app.command("batch", help=BATCH_HELP)
