@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from swe_sandbox.backends import plugin_backend_names
 from swe_sandbox.errors import ConfigError
 
 #: Set in every sandbox unless the config's ``env`` overrides them: nothing waits for a terminal
@@ -45,7 +46,7 @@ class EnvironmentConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: str
-    """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.environments.BACKENDS``)."""
+    """Backend name, e.g. ``"local"`` or ``"bwrap"`` (see ``swe_sandbox.backends.BACKENDS``)."""
     timeout: float | None = Field(default=60.0, gt=0, le=1e6, allow_inf_nan=False)
     """Default per-command timeout in seconds; ``execute(timeout=...)`` overrides it. ``None``: no limit."""
     cwd: str = ""
@@ -176,8 +177,6 @@ def load_environment_config(spec: str | Path | Mapping[str, Any]) -> dict[str, A
         return dict(data.get("environment", data))
     preset = data_dir("environments") / f"{spec}.yaml"
     if not preset.is_file():
-        from swe_sandbox.environments import plugin_backend_names
-
         plugins = plugin_backend_names()
         if str(spec) in plugins:  # a third-party backend without a preset: its config's defaults
             return {"backend": str(spec)}

@@ -50,3 +50,22 @@ def for_stream(text: str, stream: IO[Any] | None, raw: bool = False) -> str:
     """``text`` as it may be written to ``stream``: escaped on a terminal, unchanged elsewhere or
     with ``raw``."""
     return text if raw or not is_terminal(stream) else escape_controls(text)
+
+
+def one_line(message: str) -> str:
+    """Fold a (possibly multi-line) message into one line.
+
+    Args:
+        message: any text (an error message, a reason).
+
+    Returns:
+        str: its non-blank lines, stripped, joined by ``"; "`` (by a space after a line ending in
+        ``:``); empty when it has none.
+    """
+    parts = [p.strip() for p in str(message).splitlines() if p.strip()]
+    if not parts:
+        return ""
+    out = parts[0]
+    for part in parts[1:]:
+        out += (" " if out.endswith(":") else "; ") + part
+    return out

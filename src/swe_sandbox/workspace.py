@@ -12,6 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from swe_sandbox.environments import get_environment
+from swe_sandbox.errors import ConfigError
+
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.environments.base import Environment
 
@@ -64,8 +67,6 @@ def upload_workspace(environment: Environment, workspace: Path, target: str,
     Raises:
         ConfigError: the copy failed (an unreadable file...); one line, naming the first problem.
     """
-    from swe_sandbox.errors import ConfigError
-
     special = special_files(workspace)
     staging: Path | None = None
     source = workspace
@@ -93,21 +94,53 @@ def upload_workspace(environment: Environment, workspace: Path, target: str,
             shutil.rmtree(staging, ignore_errors=True)
 
 
+#: The backend with no sandbox directory of its own: a workspace is copied to a fresh scratch
+#: directory on the host, made its ``cwd``. Every other backend gets the copy uploaded into the
+#: sandbox, to ``copy_target``.
+SCRATCH_BACKEND = "local"
+
+
+def scratch_cwd(data: dict[str, Any], prefix: str) -> Path | None:
+    """On ``SCRATCH_BACKEND``, make a fresh directory and set it as ``data``'s ``cwd``.
+
+    Args:
+        data: an environment config (changed in place: its ``cwd``).
+        prefix: the directory's name prefix (under the system's temporary directory).
+
+    Returns:
+        Path | None: the directory (the caller removes it after the run), or None on another backend.
+    """
+    if data.get("backend") != SCRATCH_BACKEND:
+        return None
+    scratch = Path(tempfile.mkdtemp(prefix=prefix))
+    data["cwd"] = str(scratch)
+    return scratch
+
+
+def copy_target(config: Any) -> str:
+    """Where a workspace copy goes in the sandbox: where commands start (``cwd``), else ``mount_point``.
+
+    Args:
+        config: the environment's validated config.
+
+    Returns:
+        str: the directory, or ``""`` when the backend has neither.
+    """
+    return getattr(config, "cwd", "") or getattr(config, "mount_point", "")
+
+
 def build_environment(data: dict[str, Any], workspace: Path | None,
                       warn: Callable[[str], None] | None = None) -> tuple[Environment, Path | None]:
     """Create the environment and put a copy of ``workspace`` in its working directory.
 
-    ``local`` gets a fresh temporary copy as its ``cwd`` (returned, to be removed after the run);
-    other backends get the copy uploaded to their ``cwd`` or, failing that, their ``mount_point``.
+    ``local`` gets a fresh temporary copy as its ``cwd`` (``scratch_cwd``; returned, to be removed
+    after the run); other backends get the copy uploaded to ``copy_target``.
     Special files (FIFOs, sockets, devices) are left out, with a line to ``warn``.
 
     Raises:
         ConfigError: ``workspace`` is not a directory, the backend has no directory to put it in,
             or the copy failed.
     """
-    from swe_sandbox.environments import get_environment
-    from swe_sandbox.errors import ConfigError
-
     if workspace is None:
         return get_environment(data), None
     if not workspace.is_dir():
@@ -115,13 +148,11 @@ def build_environment(data: dict[str, Any], workspace: Path | None,
     data = dict(data)
     if data.get("backend") != "local" and data.get("workspace"):
         raise ConfigError("environment.workspace and --workspace both given: use one")
-    scratch = Path(tempfile.mkdtemp(prefix="swe-sandbox-workspace-")) if data.get("backend") == "local" else None
-    if scratch is not None:
-        data["cwd"] = str(scratch)
+    scratch = scratch_cwd(data, "swe-sandbox-workspace-")
     environment = None
     try:
         environment = get_environment(data)
-        target = getattr(environment.config, "cwd", "") or getattr(environment.config, "mount_point", "")
+        target = copy_target(environment.config)
         if not target:
             raise ConfigError(f"--workspace: backend {data.get('backend')!r} has no working directory to copy it "
                               "to; set -c environment.cwd=DIR")

@@ -98,8 +98,8 @@ def test_a_kit_run_without_a_usable_backend_is_one_usage_error(tmp_path, option,
 
 def test_a_capability_nobody_knows_is_refused():
     """A typo in a backend's declaration would silently hide a test: it is an error instead."""
+    from swe_sandbox.capabilities import missing_capabilities
     from swe_sandbox.environments.local import LocalConfig, LocalEnvironment
-    from swe_sandbox.testing.capabilities import missing_capabilities
 
     class Typo(LocalEnvironment):
         @classmethod

@@ -17,13 +17,13 @@ import time
 import pytest
 
 import swe_sandbox
+from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.container.engine import (
     LABEL_BACKEND,
     LABEL_MANAGED,
     LABEL_OWNER_HOST,
     LABEL_OWNER_PID,
     LABEL_RUN_ID,
-    gc,
 )
 from swe_sandbox.testing.kit import wait_until
 
@@ -207,12 +207,12 @@ def test_gc_removes_containers_of_dead_owners_only(make, engine):
     spec.labels[LABEL_OWNER_PID] = str(dead_pid.pid)
     orphan = orphan_env.engine.create(spec)  # created, never attached: what a crash between the two leaves
     try:
-        report = gc([engine])
+        report = environment_class(engine).gc()
         actions = {r["id"]: r["action"] for r in report}
         assert actions[orphan[:12]] == "removed"
         assert actions[live.container_id[:12]] == "kept (owner alive)"
         assert not exists(orphan_env, orphan) and exists(live, live.container_id)
-        assert all(r["action"] != "removed" for r in gc([engine])), "a second gc has nothing to remove"
+        assert all(r["action"] != "removed" for r in environment_class(engine).gc()), "a second gc has nothing to remove"
     finally:
         orphan_env.engine.remove(orphan)
 

@@ -3,7 +3,7 @@
 Adding a variant to the conformance suite is one line in ``VARIANTS``. Each variant carries its
 backend's marker (declared in pyproject.toml), so ``pytest -m bwrap`` runs one backend only. What a
 variant lacks is declared by its backend (``missing_capabilities``; see
-``swe_sandbox.testing.capabilities``), never here.
+``swe_sandbox.capabilities``), never here.
 """
 
 from __future__ import annotations

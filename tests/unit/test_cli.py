@@ -17,9 +17,10 @@ from typer.testing import CliRunner
 
 import swe_sandbox
 from swe_sandbox.cli import app as cli_app
-from swe_sandbox.cli import check, exit_codes, guard
 from swe_sandbox.cli import exec as exec_cli
+from swe_sandbox.cli import exit_codes, guard
 from swe_sandbox.environments import environment_class
+from swe_sandbox.testing import selfcheck
 
 runner = CliRunner()
 
@@ -338,7 +339,7 @@ def test_check_without_env_fails_when_a_builtin_backend_fails(monkeypatch):
 
 def test_check_without_env_passes_when_only_a_backend_needing_a_target_fails(monkeypatch):
     """ssh needs a host: without --env it is shown (with how to check it) but not counted."""
-    monkeypatch.setattr(check, "_check_backend", _fake_check(check._check_backend))
+    monkeypatch.setattr(selfcheck, "check_backend", _fake_check(selfcheck.check_backend))
     result = invoke("check")
     text = " ".join(result.stdout.split())
     assert result.exit_code == 0, text
@@ -347,9 +348,9 @@ def test_check_without_env_passes_when_only_a_backend_needing_a_target_fails(mon
 
 
 def test_only_entry_point_backends_are_labelled_plugins(monkeypatch):
-    monkeypatch.setattr(check, "needs_target", lambda name: name == "ssh")
-    assert check.not_counted_label("ssh") == check.NEEDS_TARGET
-    assert check.not_counted_label("toy-third-party") == check.PLUGIN
+    monkeypatch.setattr(selfcheck, "needs_target", lambda name: name == "ssh")
+    assert selfcheck.not_counted_label("ssh") == selfcheck.NEEDS_TARGET
+    assert selfcheck.not_counted_label("toy-third-party") == selfcheck.PLUGIN
 
 
 def _fake_check(real):

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from swe_sandbox.backends import BACKENDS
 from swe_sandbox.config import data_dir, load_yaml, preset_names, validate
-from swe_sandbox.environments import BACKENDS, environment_class
+from swe_sandbox.environments import environment_class
 
 
 def test_every_builtin_backend_has_a_preset():

@@ -8,12 +8,16 @@ host directory is never bound into the sandbox nor changed) and its ``setup_comm
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from swe_sandbox.errors import ConfigError, SetupFailed
+from swe_sandbox.config import validate
+from swe_sandbox.environments import environment_class, get_environment
+from swe_sandbox.environments.container.image_ref import built_here
+from swe_sandbox.environments.container.pull_errors import pull_error
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SetupFailed, TaskFileError
+from swe_sandbox.workspace import copy_target, scratch_cwd, upload_workspace
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
@@ -60,9 +64,6 @@ def check_environment_config(tasks: list[Task], env_config: dict[str, Any]) -> N
         ConfigError: an unknown backend or field, or an invalid value (named, with the task when
             its fields make it invalid).
     """
-    from swe_sandbox.config import validate
-    from swe_sandbox.environments import environment_class
-
     if "backend" not in env_config:
         raise ConfigError("environment.backend: missing (e.g. backend: docker)")
     config_class = environment_class(str(env_config["backend"])).config_class
@@ -92,13 +93,8 @@ def task_sandbox(task: Task, env_config: dict[str, Any], *,
         SetupFailed: ``setup_command`` exited non-zero.
         ConfigError, BackendUnavailable, SandboxError: as ``get_environment`` and ``start`` raise them.
     """
-    from swe_sandbox.environments import get_environment
-
     data = task_env_config(task, env_config)
-    scratch = None
-    if data.get("backend") == "local" and task.workspace is not None and not task.cwd:
-        scratch = tempfile.mkdtemp(prefix="swe-sandbox-task-")
-        data["cwd"] = scratch
+    scratch = scratch_cwd(data, "swe-sandbox-task-") if task.workspace is not None and not task.cwd else None
     try:
         with get_environment(data) as environment:
             environment.start()
@@ -122,11 +118,8 @@ def _run_setup(environment: Environment, task: Task, timeout: float) -> None:
 
 def _copy_workspace(environment: Environment, task: Task) -> None:
     """Upload the task's workspace into where commands start (``cwd``, else ``mount_point``)."""
-    from swe_sandbox.errors import ConfigError
-    from swe_sandbox.workspace import upload_workspace
-
     config = environment.config
-    target = getattr(config, "cwd", "") or getattr(config, "mount_point", "")
+    target = copy_target(config)
     if not target:
         raise ConfigError(f"{task.instance_id}: workspace: backend {config.backend!r} has no working "
                           "directory to copy it to; set the task's cwd or environment.cwd")
@@ -145,12 +138,6 @@ def check_task_images(tasks: list[Task], env_config: dict[str, Any]) -> None:
             task's line and the ``image`` field).
         BackendUnavailable: the engine cannot be reached.
     """
-    from swe_sandbox.batch.tasks import TaskFileError
-    from swe_sandbox.environments import environment_class
-    from swe_sandbox.environments.container.image_ref import built_here
-    from swe_sandbox.environments.container.pull_errors import pull_error
-    from swe_sandbox.errors import BackendUnavailable
-
     backend = str(env_config.get("backend", ""))
     if backend not in IMAGE_BACKENDS:
         return

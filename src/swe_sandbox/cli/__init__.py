@@ -5,19 +5,21 @@ module         what
 =============  ==========================================================================
 ``app``        the typer app: a group that loads a command's module only when it runs
 ``exec``       ``exec``: one command in a fresh sandbox
-``run``        ``run`` and ``demo``: the agent on a task (``prepare``: checks first;
+``run``        ``run`` and ``demo``: the agent on a task (``prepare``: the task read;
                ``display``: what it shows)
 ``batch``      ``batch``, ``eval``, ``report``: many tasks
-``check``      ``check``: is each backend usable here?
+``check``      ``check``: is each backend usable here? (the table of
+               ``swe_sandbox.testing.selfcheck``)
 ``engines``    ``gc``, ``image build``, ``image pull``: the container engines' housekeeping
-               (``image_pull``: the pulls; ``pull_display``: their progress, also for
-               ``exec`` and ``run``)
+               (``pull_display``: the pulls' progress, also for ``exec`` and ``run``)
 ``exit_codes`` the exit statuses of every command, in one table
 ``guard``      swe-sandbox's errors as one stderr line and an exit status
 ``signals``    SIGTERM / SIGHUP handled as Ctrl-C
 =============  ==========================================================================
 
-Importing this package imports nothing (not even typer).
+The rules live below: the checks before a run in ``swe_sandbox.preflight``, the task selection in
+``swe_sandbox.batch.selection``, the image pulls in ``swe_sandbox.batch.pulls``, the self-check in
+``swe_sandbox.testing.selfcheck``. Importing this package imports nothing (not even typer).
 """
 
 

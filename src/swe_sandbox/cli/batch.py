@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_BACKEND = "bwrap"
-SHUFFLE_SEED = 42  # mini-swe-agent's, so --shuffle picks the same order
 
 BATCH_HELP = f"""\
 Run the agent on every task of TASKS (.jsonl or .json, SWE-bench fields), one sandbox each,
@@ -66,17 +65,6 @@ IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string o
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
 
 
-def load_task_file(path: Path, image_template: str | None, split: str | None = None) -> list[Task]:
-    """``load_dataset(path, split)``, with ``image_template`` naming the image of tasks that have none."""
-    from swe_sandbox.batch.images import apply_image_template
-    from swe_sandbox.batch.tasks import load_dataset
-
-    tasks = load_dataset(path, split)
-    if image_template:
-        apply_image_template(tasks, image_template)
-    return tasks
-
-
 RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
             "cluster's address, or nothing (last, or before another option): a local Ray with -w slots.")
 RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
@@ -108,34 +96,25 @@ def bare_ray_flag(argv: list[str]) -> list[str]:
 
 
 def select_tasks(tasks: list[Task], filter_re: str | None, slice_spec: str | None, shuffle: bool) -> list[Task]:
-    """mini-swe-agent's selection: shuffle (seed 42), then ``--filter`` (``re.match`` on the id),
-    then ``--slice A:B`` (Python slice of what is left).
+    """``selection.select_tasks`` over ``--filter`` / ``--slice`` as given.
 
     Raises:
         typer.BadParameter: an invalid regular expression or slice.
     """
-    import random
-    import re
+    from swe_sandbox.batch import selection
 
-    selected = list(tasks)
-    if shuffle:
-        random.Random(SHUFFLE_SEED).shuffle(selected)
+    pattern = window = None
     if filter_re:
         try:
-            pattern = re.compile(filter_re)
-        except re.error as exc:
-            raise typer.BadParameter(f"not a regular expression: {exc}", param_hint="'--filter'") from None
-        selected = [t for t in selected if pattern.match(t.instance_id)]
+            pattern = selection.filter_pattern(filter_re)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--filter'") from None
     if slice_spec:
         try:
-            parts = [int(p) if p.strip() else None for p in slice_spec.split(":")]
-            sliced = selected[slice(*parts)] if 1 <= len(parts) <= 3 and ":" in slice_spec else None
-        except ValueError:
-            sliced = None
-        if sliced is None:
-            raise typer.BadParameter(f"expected START:STOP, e.g. 0:10; got {slice_spec!r}", param_hint="'--slice'")
-        selected = sliced
-    return selected
+            window = selection.parse_slice(slice_spec)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc), param_hint="'--slice'") from None
+    return selection.select_tasks(tasks, pattern, window, shuffle)
 
 
 @app.command("batch", help=BATCH_HELP)
@@ -178,7 +157,8 @@ def batch_command(
     def body() -> int:
         from swe_sandbox.agent.config import load_run_config
         from swe_sandbox.batch.sandbox import check_task_images
-        from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
+        from swe_sandbox.batch.selection import load_task_file
+        from swe_sandbox.preflight import check_model_config, environment_config, require_usable
 
         tasks = select_tasks(load_task_file(tasks_file, image_template, split), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
@@ -275,15 +255,16 @@ def eval_command(
         from swe_sandbox.batch.eval_run import match_predictions, run_eval
         from swe_sandbox.batch.predictions import load_predictions
         from swe_sandbox.batch.sandbox import check_task_images
-        from swe_sandbox.cli.prepare import require_usable
+        from swe_sandbox.batch.selection import load_task_file, predicted_tasks
         from swe_sandbox.config import apply_overrides, load_environment_config
+        from swe_sandbox.preflight import require_usable
 
         tasks = load_task_file(tasks_file, image_template, split)
         preds = load_predictions(preds_file)
         match_predictions(preds, tasks)
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
         require_usable(str(env_data.get("backend")))
-        check_task_images([t for t in tasks if t.instance_id in {p["instance_id"] for p in preds}], env_data)
+        check_task_images(predicted_tasks(tasks, preds), env_data)
         report = run_eval(preds, tasks, output, env_config=env_data, workers=workers, max_attempts=max_attempts,
                           redo_existing=redo_existing, eval_timeout=eval_timeout, grading=grading,
                           **_executor(ray))

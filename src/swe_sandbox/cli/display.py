@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swe_sandbox.cli.prepare import submission_path
+from swe_sandbox.redact import redact
+from swe_sandbox.terminal import escape_controls, has_controls
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -50,7 +51,6 @@ def warn(console: Console, text: str) -> None:
     """``warning: TEXT`` on one line of ``console``, control characters escaped."""
     from rich.text import Text
 
-    from swe_sandbox.terminal import escape_controls
 
     console.print(Text("warning: ", style="yellow") + Text(escape_controls(text)), soft_wrap=True)
 
@@ -61,8 +61,6 @@ def show_query(console: Console, step: int, cost: float, message: dict[str, Any]
     characters escaped (no escape sequence reaches the terminal: ``swe_sandbox.terminal``)."""
     from rich.text import Text
 
-    from swe_sandbox.redact import redact
-    from swe_sandbox.terminal import escape_controls
 
     console.rule(Text(f"step {step}  ·  ${cost:.4f}", style="bold"), align="left")
     content = redact(message.get("content"), secrets)
@@ -78,8 +76,6 @@ def show_result(console: Console, action: dict[str, Any], result: dict[str, Any]
     return code, duration, timeout, rejection."""
     from rich.text import Text
 
-    from swe_sandbox.redact import redact
-    from swe_sandbox.terminal import escape_controls
 
     lines = escape_controls(redact(str(action.get("command", "")), secrets)).splitlines() or [""]
     command = "\n  ".join(lines[:4]) + (f"\n  … ({len(lines) - 4} more lines)" if len(lines) > 4 else "")
@@ -110,7 +106,6 @@ def ask_approval(console: Console, command: str) -> tuple[str, str]:
     from rich.prompt import Prompt
     from rich.syntax import Syntax
 
-    from swe_sandbox.terminal import escape_controls, has_controls
 
     console.print(Syntax(escape_controls(command), "bash", word_wrap=True))
     choice = Prompt.ask(escape("Run it? [y]es / [n]o / [e]dit / [a]ll (stop asking)"), choices=["y", "n", "e", "a"],
@@ -134,7 +129,7 @@ def show_summary(console: Console, status: str, submission: str, output: Path) -
     (its control characters escaped; the file holds it exactly)."""
     from rich.text import Text
 
-    from swe_sandbox.terminal import escape_controls
+    from swe_sandbox.preflight import submission_path
 
     console.rule(Text("done", style="bold"), align="left")
     style = "bold green" if status == "Submitted" else "bold red"

@@ -12,6 +12,8 @@ from typing import Annotated
 import typer
 
 from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from swe_sandbox.cli.guard import guarded
+from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err
 
 GC_HELP = """\
@@ -64,13 +66,13 @@ def gc_command(
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as a JSON list.")] = False,
 ) -> None:
-    from swe_sandbox.environments.container.engine import gc
+    from swe_sandbox.environments import environment_class
 
     chosen = tuple(backends or ("docker", "podman"))
     unknown = [b for b in chosen if b not in ("docker", "podman")]
     if unknown:
         raise typer.BadParameter(f"{', '.join(unknown)} (gc knows docker and podman)", param_hint="--env")
-    report = gc(chosen, dry_run=dry_run, all_hosts=all_hosts)
+    report = [entry for name in chosen for entry in environment_class(name).gc(dry_run=dry_run, all_hosts=all_hosts)]
     failed = any(entry["action"].startswith("error") for entry in report)
     if as_json:
         typer.echo(json.dumps(report))
@@ -123,13 +125,10 @@ def image_pull_command(
     image_template: Annotated[str | None, typer.Option("--image-template", metavar="TEMPLATE",
                                                           help="Image of each task without one (as for batch).")] = None,
 ) -> None:
-    from swe_sandbox.cli.guard import guarded
-    from swe_sandbox.cli.prepare import require_usable
-
     def body() -> int:
-        from swe_sandbox.cli.image_pull import collect_images, pull_images
-        from swe_sandbox.cli.pull_display import show_pulls
+        from swe_sandbox.batch.pulls import collect_images, pull_images
         from swe_sandbox.config import apply_overrides, load_environment_config
+        from swe_sandbox.preflight import require_usable
 
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
         images = collect_images(list(sources), image_template)

@@ -15,6 +15,9 @@ import typer
 
 from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP, EXIT_TIMEOUT, EXIT_UNFINISHED, EXIT_USAGE
 from swe_sandbox.cli.guard import fail, run_guarded
+from swe_sandbox.cli.pull_display import show_pulls_of
+from swe_sandbox.errors import ConfigError
+from swe_sandbox.terminal import for_stream
 
 EXEC_HELP = f"""\
 Run COMMAND in a fresh sandbox and exit with its returncode.
@@ -76,7 +79,6 @@ def read_command(words: list[str]) -> str:
 def check_timeout(timeout: float | None) -> None:
     """Reject (one line, exit 2) a bad ``--timeout`` before any sandbox is made."""
     from swe_sandbox.environments.base import check_timeout as check
-    from swe_sandbox.errors import ConfigError
 
     try:
         check(timeout)
@@ -127,7 +129,6 @@ def exec_command(
 
     def body() -> int:
         from swe_sandbox import Submitted, get_environment
-        from swe_sandbox.cli.pull_display import show_pulls_of
 
         environment = get_environment(env, overrides=list(overrides or []))
         with show_pulls_of(environment), environment:  # the image's pull (if it has to be pulled) on stderr
@@ -139,7 +140,6 @@ def exec_command(
         if as_json:
             write_stdout(json.dumps({**result, "submission": submission}, ensure_ascii=False) + "\n")
         else:  # on a terminal, no escape sequence of the command reaches it (unless --raw)
-            from swe_sandbox.terminal import for_stream
 
             write_stdout(for_stream(result.get("output", ""), sys.stdout, raw))
             if result.get("exception_info"):

@@ -2,7 +2,7 @@
 
 Only typer and the standard library are imported at module level; the agent, models, rich and
 the backends are imported inside the commands, so ``--help`` stays fast. What the commands check
-first is in ``prepare``, what they show in ``display``.
+first is in ``swe_sandbox.preflight``, what they show in ``display``.
 """
 
 from __future__ import annotations
@@ -27,16 +27,12 @@ from swe_sandbox.cli.exit_codes import (
     signal_exit,
 )
 from swe_sandbox.cli.guard import guarded
-from swe_sandbox.cli.prepare import (
-    DEFAULT_RUNS_DIR,
-    default_output_path,
-    environment_config,
-    prepare_run,
-    read_task,
-    require_usable,
-    submission_path,
-)
+from swe_sandbox.cli.prepare import DEFAULT_RUNS_DIR, default_output_path, read_task
+from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err, interrupt_exit
+from swe_sandbox.redact import redact
+from swe_sandbox.terminal import escape_controls
+from swe_sandbox.trajectory import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -111,7 +107,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         KeyboardInterrupt: after the trajectory was saved and the sandbox removed (also
             ``errors.Terminated``, for SIGTERM / SIGHUP).
     """
-    from swe_sandbox.cli.pull_display import show_pulls
+    from swe_sandbox.preflight import prepare_run
     from swe_sandbox.workspace import build_environment
 
     model, data = prepare_run(config, env_spec, output)
@@ -136,12 +132,9 @@ def finish_run(agent: Any, status: str, submission: str, output: Path, console: 
     """
     from rich.text import Text
 
-    from swe_sandbox.redact import redact
-    from swe_sandbox.terminal import escape_controls
+    from swe_sandbox.preflight import submission_path
 
     if status == "Submitted":
-        from swe_sandbox.trajectory import atomic_write_text
-
         submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
         atomic_write_text(submission_path(output), submission)
     elif agent.messages and agent.messages[-1].get("content"):
@@ -276,6 +269,8 @@ def demo(
     """Replay the bundled Jinja2 fix and verify it (see DEMO_HELP)."""
 
     def body() -> int:
+        from swe_sandbox.preflight import environment_config, require_usable
+
         console = progress_console()
         backend = env or best_backend(console)
         require_usable(str(environment_config(backend, {}).get("backend")))  # a bad --env: nothing printed yet

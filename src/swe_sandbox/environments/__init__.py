@@ -1,9 +1,6 @@
 """Backends, found by name through a lazy registry (no backend module or SDK is imported early).
 
-Third-party backends register in the entry-point group ``swe_sandbox.environments``::
-
-    [project.entry-points."swe_sandbox.environments"]
-    mycloud = "mypkg.env:MyCloudEnvironment"
+The names, and the entry-point group third-party backends register in, are ``swe_sandbox.backends``.
 """
 
 from __future__ import annotations
@@ -13,33 +10,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from swe_sandbox.backends import BACKENDS, ENTRY_POINT_GROUP, backend_names, backend_target
 from swe_sandbox.config import apply_overrides, load_environment_config, validate
 from swe_sandbox.errors import ConfigError
 
 if TYPE_CHECKING:
     from swe_sandbox.environments.base import Environment
-
-BACKENDS: dict[str, str] = {
-    "local": "swe_sandbox.environments.local:LocalEnvironment",
-    "bwrap": "swe_sandbox.environments.bwrap:BwrapEnvironment",
-    "docker": "swe_sandbox.environments.container.docker:DockerEnvironment",
-    "podman": "swe_sandbox.environments.container.podman:PodmanEnvironment",
-    "ssh": "swe_sandbox.environments.ssh.environment:SshEnvironment",
-}
-ENTRY_POINT_GROUP = "swe_sandbox.environments"
-
-
-def plugin_backend_names() -> list[str]:
-    """Names of the backends registered through the ``swe_sandbox.environments`` entry point
-    (third-party; built-in names excluded), sorted."""
-    from importlib.metadata import entry_points
-
-    return sorted({ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)} - set(BACKENDS))
-
-
-def backend_names() -> list[str]:
-    """Built-in backend names followed by those registered through entry points."""
-    return [*BACKENDS, *plugin_backend_names()]
 
 
 def environment_class(name: str) -> type[Environment]:
@@ -49,11 +25,7 @@ def environment_class(name: str) -> type[Environment]:
         ConfigError: no such backend (the message lists the known ones), or a third-party one whose
             entry point does not load.
     """
-    target = BACKENDS.get(name)
-    if target is None:
-        from importlib.metadata import entry_points
-
-        target = next((ep.value for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == name), None)
+    target = backend_target(name)
     if target is None:
         raise ConfigError(f"environment.backend: unknown backend {name!r} (known: {', '.join(backend_names())})")
     module, _, attr = target.partition(":")

@@ -463,6 +463,22 @@ class Environment:
         """Why this backend cannot run on this host, or None when it can."""
         return None
 
+    @classmethod
+    def gc(cls, *, dry_run: bool = False, all_hosts: bool = False) -> list[dict[str, str]]:
+        """Remove what killed runs of this backend left behind (``swe-sandbox gc``).
+
+        The default has nothing to remove: a backend whose sandboxes end with their owner process.
+
+        Args:
+            dry_run: only say what would be removed. Default False.
+            all_hosts: also what was created from other hosts (a shared remote engine). Default False.
+
+        Returns:
+            list[dict[str, str]]: one ``{"backend", "id", "run_id", "owner_pid", "action"}`` per leftover
+            looked at (see ``container.engine.gc``); empty by default.
+        """
+        return []
+
     # -- shared ----------------------------------------------------------------------------------
     def sandbox_env(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """The sandbox's environment: ``base``, ``DEFAULT_ENV``, ``forward_env``, then ``env``."""

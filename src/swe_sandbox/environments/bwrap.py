@@ -33,6 +33,7 @@ from typing import IO
 
 from pydantic import Field, field_validator
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
@@ -279,9 +280,7 @@ class BwrapEnvironment(Environment):
 
     @classmethod
     def missing_capabilities(cls, config: BwrapConfig) -> dict[str, str]:
-        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
-        from swe_sandbox.testing import capabilities as cap
-
+        """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         return {cap.FILES_OUTSIDE_WORKSPACE: "only the workspace mount is shared with the host; the rest of the sandbox "
                                              "is read-only binds and private tmpfs, so upload/download reach paths "
                                              "under mount_point only (ValueError elsewhere)"}

@@ -47,6 +47,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox import runner
 from swe_sandbox.environments.base import HOST_GRACE_S
 from swe_sandbox.errors import ProtocolError, SandboxDied
@@ -446,15 +447,13 @@ def popen_exec(argv_prefix: list[str], env: dict[str, str] | None = None) -> Cal
 
 
 def missing_capabilities(shared_host: bool = False) -> dict[str, str]:
-    """What the exec fallback lacks next to the runner (``swe_sandbox.testing.capabilities``),
+    """What the exec fallback lacks next to the runner (``swe_sandbox.capabilities``),
     for the ``missing_capabilities`` of every backend that runs it.
 
     Args:
         shared_host: the commands run on a host shared with others (local, ssh), where orphans
             cannot be swept (``ExecFallbackChannel``'s ``sweep_orphans``).
     """
-    from swe_sandbox.testing import capabilities as cap
-
     shared = {cap.ORPHAN_SWEEP: "exec fallback on a shared host: no runner adopts orphans and the host's PID 1 "
                                 "adopts everyone's, so an escapee that clears its environment and closes its trace "
                                 "fds (8, 9) is not told apart from the host's daemons"} if shared_host else {}

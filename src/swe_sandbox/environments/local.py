@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments import fallback, hostcopy
 from swe_sandbox.environments.base import Environment, Session, spawn_runner
@@ -50,9 +51,7 @@ class LocalEnvironment(Environment):
 
     @classmethod
     def missing_capabilities(cls, config: LocalConfig) -> dict[str, str]:
-        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
-        from swe_sandbox.testing import capabilities as cap
-
+        """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         gaps = {cap.HOST_ISOLATION: "no isolation: commands run on the host itself",
                 cap.PRIVATE_RUNNER_CHANNEL: "no isolation: a command runs as the calling user, who may open the "
                                             "runner's pipes",

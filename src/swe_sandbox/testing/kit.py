@@ -18,7 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from swe_sandbox.testing.capabilities import missing_capabilities
+import swe_sandbox
+from swe_sandbox.capabilities import missing_capabilities
+from swe_sandbox.config import load_environment_config, preset_names
+from swe_sandbox.environments import environment_class
+from swe_sandbox.environments.fallback import SCRIPT_NAME
 
 if TYPE_CHECKING:
     from swe_sandbox.environments.base import Environment
@@ -36,7 +40,7 @@ def requires(*capabilities: str) -> pytest.MarkDecorator:
     """Mark a kit test (or, as ``pytestmark``, a module) as needing ``capabilities``.
 
     Where the backend under test lacks one, the test becomes ``xfail(strict=True)`` with the
-    backend's reason (see ``swe_sandbox.testing.capabilities``).
+    backend's reason (see ``swe_sandbox.capabilities``).
     """
     return getattr(pytest.mark, REQUIRES_MARKER)(*capabilities)
 
@@ -66,9 +70,6 @@ class Variant:
             swe_sandbox.errors.ConfigError: ``name`` is neither (the message lists the presets and
                 the registered backends), a YAML file that does not load, or a backend that does not.
         """
-        from swe_sandbox.config import load_environment_config
-        from swe_sandbox.environments import environment_class
-
         data = dict(load_environment_config(name))
         backend = str(data.pop("backend", name))
         environment_class(backend)  # a backend whose entry point does not load is refused here
@@ -76,8 +77,6 @@ class Variant:
 
     @property
     def environment_class(self) -> type[Environment]:
-        from swe_sandbox.environments import environment_class
-
         return environment_class(self.backend)
 
     def config(self) -> dict[str, Any]:
@@ -89,9 +88,6 @@ class Variant:
     def make(self, **overrides: Any) -> Any:
         """A new environment of this variant (not started yet): the backend's preset of the same name
         when there is one (``docker``'s image, ...), then the variant's config, then ``overrides``."""
-        import swe_sandbox
-        from swe_sandbox.config import preset_names
-
         base = self.backend if self.backend in preset_names() else {"backend": self.backend}
         return swe_sandbox.get_environment(base, **{**self.config(), **overrides})
 
@@ -275,8 +271,6 @@ def host_server_pid(marker: str, within: float = 20.0) -> int:
     Raises:
         AssertionError: no such process within ``within`` seconds, or none serves it.
     """
-    from swe_sandbox.environments.fallback import SCRIPT_NAME
-
     deadline = time.monotonic() + within
     while not (found := [p for p in host_processes_with(marker) if "swe_sandbox" not in p]):
         assert time.monotonic() < deadline, f"no sandbox process with {marker} appeared"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from swe_sandbox.testing.kit import REQUIRES_MARKER
+from swe_sandbox.errors import ConfigError
+from swe_sandbox.testing.kit import REQUIRES_MARKER, Variant
 
 FIXTURES = "swe_sandbox.testing.fixtures"
 
@@ -26,13 +27,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{REQUIRES_MARKER}(*capabilities): the test needs these "
-                                       "capabilities of the backend (swe_sandbox.testing.capabilities)")
+                                       "capabilities of the backend (swe_sandbox.capabilities)")
     name = config.getoption("swe_sandbox_backend")
     if name and not config.pluginmanager.has_plugin(FIXTURES):
         import importlib
-
-        from swe_sandbox.errors import ConfigError
-        from swe_sandbox.testing.kit import Variant
 
         try:
             Variant.from_name(name)  # a bad NAME is one usage error, not one error per test

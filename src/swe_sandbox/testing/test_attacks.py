@@ -44,9 +44,7 @@ from typing import Any
 import pytest
 
 import swe_sandbox
-from swe_sandbox.environments.base import HOST_GRACE_S
-from swe_sandbox.errors import ProtocolError, SandboxDied
-from swe_sandbox.testing.capabilities import (
+from swe_sandbox.capabilities import (
     HOST_ISOLATION,
     HOST_VISIBLE_PROCESSES,
     NOT_HOST_ROOT,
@@ -55,6 +53,9 @@ from swe_sandbox.testing.capabilities import (
     TAMPERPROOF_TIMEOUT,
     UNREACHABLE_RUNNER_CHANNEL,
 )
+from swe_sandbox.environments.base import HOST_GRACE_S
+from swe_sandbox.errors import ProtocolError, SandboxDied
+from swe_sandbox.runner import FrameAuth
 from swe_sandbox.testing.kit import (
     has,
     host_processes_with,
@@ -682,8 +683,6 @@ def _runner_frame(env: Any, rid: int, kind: str) -> bytes:
     frame = struct.pack(">I", len(data)) + data
     host_auth = getattr(getattr(env, "_channel", None), "_auth", None)
     if kind == "wrong-types" and host_auth is not None:
-        from swe_sandbox.runner import FrameAuth
-
         auth = FrameAuth(host_auth.key, host_auth.labels[1], host_auth.labels[0])
         auth.counts[0] = host_auth.counts[1]  # the next frame the host expects from the runner
         frame += auth.sign(frame)

@@ -20,7 +20,7 @@ import time
 import pytest
 
 import swe_sandbox
-from swe_sandbox.testing.capabilities import HOST_VISIBLE_PROCESSES, LONG_LIVED_RUNNER
+from swe_sandbox.capabilities import HOST_VISIBLE_PROCESSES, LONG_LIVED_RUNNER
 from swe_sandbox.testing.kit import (
     has,
     host_pid_gone,

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from swe_sandbox.testing.capabilities import FILES_OUTSIDE_WORKSPACE
+from swe_sandbox.capabilities import FILES_OUTSIDE_WORKSPACE
+from swe_sandbox.errors import DownloadTooLarge
 from swe_sandbox.testing.kit import hosts_its_workspace, requires, run, shareable_workspace, unique_marker
 
 
@@ -198,8 +199,6 @@ LIMIT = 1 << 20
 
 
 def _limit_error():
-    from swe_sandbox.errors import DownloadTooLarge
-
     return DownloadTooLarge
 
 

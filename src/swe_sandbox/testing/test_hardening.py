@@ -7,7 +7,7 @@ import threading
 import pytest
 
 import swe_sandbox
-from swe_sandbox.testing.capabilities import (
+from swe_sandbox.capabilities import (
     HOST_VISIBLE_PROCESSES,
     LONG_LIVED_RUNNER,
     ORPHAN_SWEEP,

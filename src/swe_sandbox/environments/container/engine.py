@@ -17,10 +17,7 @@ import socket
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
-
-if TYPE_CHECKING:
-    from swe_sandbox.environments.container.environment import ContainerEnvironment
+from typing import Any, ClassVar
 
 LABEL = "org.swe-sandbox"
 LABEL_MANAGED = f"{LABEL}.managed"
@@ -222,33 +219,33 @@ def owner_alive(labels: dict[str, str]) -> bool:
     return True
 
 
-def gc(backends: Iterable[str] = ("docker", "podman"), *, dry_run: bool = False,
-       all_hosts: bool = False) -> list[dict[str, str]]:
-    """Remove swe-sandbox containers whose owning process is gone (``swe-sandbox gc``).
+def gc(engine: Engine, *, dry_run: bool = False, all_hosts: bool = False) -> list[dict[str, str]]:
+    """Remove the swe-sandbox containers of ``engine`` whose owning process is gone.
 
     Only containers labelled by swe-sandbox and created on this host are considered (``all_hosts``:
-    every one, e.g. on a shared remote engine after its clients died). Engines that are not
-    installed or not running are skipped. An engine error does not stop the others.
+    every one, e.g. on a shared remote engine after its clients died). An engine that is not
+    installed or not running has nothing to remove. Each backend's ``ContainerEnvironment.gc``
+    calls this with its own engine (``swe-sandbox gc``).
+
+    Args:
+        engine: the engine to sweep (its ``name`` is each entry's ``backend``).
+        dry_run: only say what would be removed. Default False.
+        all_hosts: also containers created from other hosts. Default False.
 
     Returns:
-        One ``{"backend", "id", "run_id", "owner_pid", "action"}`` per container looked at, where
-        ``action`` is ``removed``, ``would remove`` (``dry_run``), ``kept (owner alive)`` or
-        ``error: ...``; an engine that failed to list gets one entry with ``id`` ``""``.
+        list[dict[str, str]]: one ``{"backend", "id", "run_id", "owner_pid", "action"}`` per
+        container looked at, where ``action`` is ``removed``, ``would remove`` (``dry_run``),
+        ``kept (owner alive)`` or ``error: ...``; an engine that failed to list gets one entry with
+        ``id`` ``""``. Engine errors are reported, never raised.
     """
-    from swe_sandbox.environments import environment_class
-
-    report = []
-    for backend in backends:
-        engine = cast("type[ContainerEnvironment]", environment_class(backend)).engine_class()  # container backends
-        if engine.unavailable_reason() is not None:
-            continue
-        try:
-            managed = engine.list_managed()
-        except engine.errors as exc:
-            report.append({"backend": backend, "id": "", "run_id": "", "owner_pid": "",
-                           "action": f"error: cannot list containers: {error_line(exc)}"})
-            continue
-        report += [_gc_one(engine, backend, item, dry_run, all_hosts) for item in managed]
+    if engine.unavailable_reason() is not None:
+        return []
+    try:
+        managed = engine.list_managed()
+    except engine.errors as exc:
+        return [{"backend": engine.name, "id": "", "run_id": "", "owner_pid": "",
+                 "action": f"error: cannot list containers: {error_line(exc)}"}]
+    report = [_gc_one(engine, engine.name, item, dry_run, all_hosts) for item in managed]
     return [entry for entry in report if entry]
 
 

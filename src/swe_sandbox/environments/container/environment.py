@@ -3,7 +3,7 @@
 Lifecycle (through the engine's Python SDK): on first use the container is created with labels
 (owner pid and start time, host, run id), the runner is attached, and the ``workspace`` is copied
 in through the archive API. ``close()`` force-removes the container at once (no stop timeout) and
-is idempotent; ``engine.gc()`` removes containers whose owner process is gone.
+is idempotent; ``gc()`` (each backend's classmethod) removes containers whose owner process is gone.
 
 The channel: ONE attach with stdin open for the life of the environment. The container's main
 process is ``LAUNCHER``, which execs ``python3 -c BOOTSTRAP``: the runner is PID 1, so no init or
@@ -62,7 +62,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
+from swe_sandbox.environments import fallback
 from swe_sandbox.environments.base import Channel, Environment, Session, spawn_runner
 from swe_sandbox.environments.container.archive import (
     extract_chunks,
@@ -84,6 +86,7 @@ from swe_sandbox.environments.container.engine import (
     error_line,
     process_start_id,
 )
+from swe_sandbox.environments.container.engine import gc as engine_gc
 from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
 from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
@@ -301,10 +304,7 @@ class ContainerEnvironment(Environment):
 
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
-        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
-        from swe_sandbox.environments import fallback
-        from swe_sandbox.testing import capabilities as cap
-
+        """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         if config.runner != "exec":
             return {}
         return {**fallback.missing_capabilities(),
@@ -344,6 +344,19 @@ class ContainerEnvironment(Environment):
         if self._engine is None:
             self._engine = self.engine_class(self.config.url, self.config.api_timeout, self.config.cli)
         return self._engine
+
+    @classmethod
+    def gc(cls, *, dry_run: bool = False, all_hosts: bool = False) -> list[dict[str, str]]:
+        """Remove this engine's swe-sandbox containers whose owner process is gone (``engine.gc``).
+
+        Args:
+            dry_run: only say what would be removed. Default False.
+            all_hosts: also containers created from other hosts. Default False.
+
+        Returns:
+            list[dict[str, str]]: one entry per container looked at (see ``container.engine.gc``).
+        """
+        return engine_gc(cls.engine_class(), dry_run=dry_run, all_hosts=all_hosts)
 
     @classmethod
     def unavailable_reason(cls, url: str = "", image: str | None = None) -> str | None:

@@ -28,6 +28,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
 from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.container.image_ref import parse_image
@@ -207,8 +208,6 @@ class PodmanEnvironment(ContainerEnvironment):
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
         """As docker's, but in a user namespace podman's exec streams refuse the command's opens (EACCES)."""
-        from swe_sandbox.testing import capabilities as cap
-
         gaps = super().missing_capabilities(config)
         gaps.pop(cap.PRIVATE_RUNNER_CHANNEL, None)
         return gaps

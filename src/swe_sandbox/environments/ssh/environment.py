@@ -37,7 +37,9 @@ from typing import Any, Literal
 
 from pydantic import Field, SecretStr
 
+from swe_sandbox import capabilities as cap
 from swe_sandbox.config import EnvironmentConfig, validate
+from swe_sandbox.environments import fallback
 from swe_sandbox.environments.base import Environment, Session, mount_relative
 from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
@@ -115,11 +117,9 @@ class SshEnvironment(Environment):
 
     @classmethod
     def missing_capabilities(cls, config: SshConfig) -> dict[str, str]:
-        """What the conformance kit must not expect here (``swe_sandbox.testing.capabilities``)."""
+        """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         import getpass
 
-        from swe_sandbox.environments import fallback
-        from swe_sandbox.testing import capabilities as cap
 
         gaps: dict[str, str] = {}
         if config.remote_sandbox == "none":

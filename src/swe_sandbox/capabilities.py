@@ -1,4 +1,6 @@
-"""What a backend can guarantee, by name: the conformance kit's vocabulary (no pytest import here).
+"""What a backend can guarantee, by name: the vocabulary backends and the conformance kit share.
+
+A ground-floor module: it imports nothing of swe_sandbox, so every backend may import it.
 
 A backend declares what it LACKS, each with a reason, through a classmethod of its Environment
 class (the default, when it has none, is to lack nothing)::
