@@ -189,7 +189,7 @@ class BatchRun:
         (not an attempt: it runs again on resume)."""
         instance_id = result.instance_id
         if result.trajectory is not None:  # from a Ray worker: written here, first (see records)
-            from swe_sandbox.trajectory import atomic_write_text
+            from swe_sandbox.files import atomic_write_text
 
             atomic_write_text(trajectory_path(self.dir, instance_id), result.trajectory)
         if result.exit_status == INTERRUPTED:
@@ -238,7 +238,7 @@ class BatchRun:
 
     def _write_report(self) -> None:
         from swe_sandbox.batch.grading import run_report
-        from swe_sandbox.trajectory import atomic_write_text, to_json
+        from swe_sandbox.files import atomic_write_text, to_json
 
         outcomes = {i: r.eval_status for i, r in self.final.items() if r.done and r.eval_status}
         report = run_report(self.tasks, self.preds.preds, outcomes)

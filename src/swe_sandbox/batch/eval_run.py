@@ -88,7 +88,7 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
     from swe_sandbox.batch.ray_settings import ray_options
     from swe_sandbox.batch.sandbox import check_environment_config
     from swe_sandbox.config import load_environment_config
-    from swe_sandbox.trajectory import atomic_write_text, to_json
+    from swe_sandbox.files import atomic_write_text, to_json
 
     ray = ray_options(executor, ray_address, workers)
     preds = match_predictions(predictions, tasks)

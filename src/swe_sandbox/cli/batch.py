@@ -66,12 +66,13 @@ IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string o
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
 
 
-def load_task_file(path: Path, image_template: str | None, split: str | None = None) -> list[Task]:
+def load_task_file(path: Path, image_template: str | None, split: str | None = None,
+                   allow_workspace_outside: bool = False) -> list[Task]:
     """``load_dataset(path, split)``, with ``image_template`` naming the image of tasks that have none."""
     from swe_sandbox.batch.images import apply_image_template
     from swe_sandbox.batch.tasks import load_dataset
 
-    tasks = load_dataset(path, split)
+    tasks = load_dataset(path, split, allow_workspace_outside=allow_workspace_outside)
     if image_template:
         apply_image_template(tasks, image_template)
     return tasks
@@ -87,6 +88,7 @@ GradingOpt = Annotated[Literal["strict", "swebench"], Opt("--grading",
 SplitOpt = Annotated[str | None, Opt("--split", metavar="NAME", show_default=False,
                                      help="With TASKS a dataset directory (as the hub's download writes one: "
                                           "data/test-00000-of-00001.parquet): the split to read.")]
+WorkspaceOutsideOpt = Annotated[bool, Opt("--allow-workspace-outside", help="Let a task's workspace lie outside the task file's directory.")]
 ImageTemplateOpt = Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                              show_default=False)]
 
@@ -173,6 +175,7 @@ def batch_command(
     grading: GradingOpt = "strict",
     split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
+    allow_workspace_outside: WorkspaceOutsideOpt = False,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
@@ -180,7 +183,7 @@ def batch_command(
         from swe_sandbox.batch.sandbox import check_task_images
         from swe_sandbox.cli.prepare import check_model_config, environment_config, require_usable
 
-        tasks = select_tasks(load_task_file(tasks_file, image_template, split), filter_re, slice_spec, shuffle)
+        tasks = select_tasks(load_task_file(tasks_file, image_template, split, allow_workspace_outside), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
         if model:
             config["model"]["model_name"] = model
@@ -269,6 +272,7 @@ def eval_command(
     grading: GradingOpt = "strict",
     split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
+    allow_workspace_outside: WorkspaceOutsideOpt = False,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
@@ -278,7 +282,7 @@ def eval_command(
         from swe_sandbox.cli.prepare import require_usable
         from swe_sandbox.config import apply_overrides, load_environment_config
 
-        tasks = load_task_file(tasks_file, image_template, split)
+        tasks = load_task_file(tasks_file, image_template, split, allow_workspace_outside)
         preds = load_predictions(preds_file)
         match_predictions(preds, tasks)
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")

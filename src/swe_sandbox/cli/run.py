@@ -140,7 +140,7 @@ def finish_run(agent: Any, status: str, submission: str, output: Path, console: 
     from swe_sandbox.terminal import escape_controls
 
     if status == "Submitted":
-        from swe_sandbox.trajectory import atomic_write_text
+        from swe_sandbox.files import atomic_write_text
 
         submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
         atomic_write_text(submission_path(output), submission)
