@@ -26,8 +26,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from swe_sandbox.errors import ConfigError
 from swe_sandbox import files
+from swe_sandbox.errors import ConfigError
 from swe_sandbox.redact import redact
 
 TRAJECTORY_FORMAT = "mini-swe-agent-1.1"
