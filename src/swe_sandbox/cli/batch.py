@@ -216,7 +216,7 @@ def _check_agent_config(agent: dict[str, Any]) -> None:
 
 def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
     from swe_sandbox.batch.driver import run_batch
-    from swe_sandbox.batch.progress import make_progress
+    from swe_sandbox.batch.live import make_progress
 
     run_batch(tasks, output, run_config=config, env_config=env_data, progress=make_progress(), **options)
     _print_summary(output)
