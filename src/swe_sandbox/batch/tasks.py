@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swe_sandbox.batch.jsonfiles import jsonl_items, parse_json
 from swe_sandbox.batch.records import RUN_FILES
 from swe_sandbox.errors import TaskFileError
 
@@ -277,19 +278,6 @@ def parquet_items(path: Path) -> list[tuple[int, Any]]:
     return list(enumerate(rows, 1))
 
 
-def jsonl_items(text: str, path: Path) -> list[tuple[int, Any]]:
-    """``(line number, object)`` of each non-blank line; ``TaskFileError`` names a line that is not JSON."""
-    items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append((number, json.loads(line)))
-        except ValueError as exc:
-            raise TaskFileError(f"{path} line {number}: not valid JSON: {exc}") from None
-    return items
-
-
 def _json_items(text: str, path: Path) -> list[tuple[int, Any]]:
     """The elements of a top-level JSON list, each with the line where it starts."""
     data = parse_json(text, path)
@@ -302,14 +290,6 @@ def _json_items(text: str, path: Path) -> list[tuple[int, Any]]:
         items.append((text.count("\n", 0, index) + 1, item))
         index = end
     return items
-
-
-def parse_json(text: str, path: Path) -> Any:
-    """``json.loads(text)``; ``TaskFileError`` naming the line where it is not JSON."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise TaskFileError(f"{path} line {getattr(exc, 'lineno', '?')}: not valid JSON: {exc}") from None
 
 
 def _skip(text: str, index: int, chars: str) -> int:
