@@ -73,8 +73,24 @@ def calc_task(instance_id: str, workspace: Path, **fields: Any) -> dict[str, Any
 
 
 def write_tasks(path: Path, tasks: list[dict[str, Any]]) -> Path:
+    """Write ``tasks`` to ``path`` as a user lays a task file out: a ``workspace`` outside the
+    file's directory (a session fixture's repo) is copied beside it first and named relatively,
+    since a workspace must lie under the task file's directory (``tasks.load_tasks``)."""
+    tasks = [_beside(path.parent, t) for t in tasks]
     path.write_text("".join(json.dumps(t) + "\n" for t in tasks))
     return path
+
+
+def _beside(directory: Path, task: dict[str, Any]) -> dict[str, Any]:
+    workspace = task.get("workspace")
+    if not workspace or not Path(workspace).is_absolute() or Path(workspace).resolve().is_relative_to(
+            directory.resolve()):
+        return task
+    copy = directory / "workspaces" / str(task["instance_id"])
+    if not copy.exists():
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cp", "-a", str(workspace), str(copy)], check=True)
+    return {**task, "workspace": str(copy.relative_to(directory))}
 
 
 def run_config(outputs: list[Any], **agent: Any) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 from batch_fixtures import calc_repo, calc_task, write_tasks  # noqa: F401 - fixture
@@ -13,10 +15,11 @@ from swe_sandbox.batch import TaskFileError, load_predictions, load_tasks
 def test_jsonl_and_json_load_swebench_fields(tmp_path, calc_repo):
     rows = [calc_task("a", calc_repo, image_name="img:1", repo="x/y", base_commit="abc"),
             {"instance_id": "b", "problem_statement": "p", "workspace": calc_repo.name, "log_parser": "exit_status"}]
-    (tmp_path / calc_repo.name).symlink_to(calc_repo)
-    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", rows))
+    (tmp_path / calc_repo.name).symlink_to(calc_repo)  # resolved: outside the task file's directory
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    tasks = load_tasks(tmp_path / "t.jsonl", allow_workspace_outside=True)
     (tmp_path / "t.json").write_text(json.dumps(rows, indent=2))
-    from_json = load_tasks(tmp_path / "t.json")
+    from_json = load_tasks(tmp_path / "t.json", allow_workspace_outside=True)
     assert [t.model_dump() for t in from_json] == [t.model_dump() for t in tasks]
     lines = (tmp_path / "t.json").read_text().splitlines()
     second = lines.index("  {", 2) + 1
@@ -118,3 +121,46 @@ def test_a_dataset_directory_gives_the_split_asked_for(tmp_path):
         load_dataset(tmp_path, "train")
     with pytest.raises(TaskFileError, match="is a task file, not a dataset directory"):
         load_dataset(tmp_path / "data" / "dev-00000-of-00001.parquet", "dev")
+
+
+@pytest.mark.parametrize("where", ["/etc", "home-ssh", "link", "../outside"])
+def test_a_workspace_outside_the_task_files_directory_is_refused(tmp_path, where):
+    """``/etc`` or ``~/.ssh`` named by a task file must not be copied into a sandbox (and its
+    trajectory): absolute paths, a symlink inside the directory, and ``..`` are resolved first."""
+    tasks_dir = tmp_path / "tasks"
+    tasks_dir.mkdir()
+    (tmp_path / "outside").mkdir()
+    secret = tmp_path / "home" / ".ssh"
+    secret.mkdir(parents=True)
+    (tasks_dir / "link").symlink_to(secret)
+    workspace = {"home-ssh": str(secret)}.get(where, where)
+    path = write_tasks(tasks_dir / "t.jsonl", [])
+    path.write_text(json.dumps({"instance_id": "a", "problem_statement": "p", "workspace": workspace}) + "\n")
+    with pytest.raises(TaskFileError, match=r"line 1: workspace: .* is outside the task file's directory .*"
+                                             r"--allow-workspace-outside"):
+        load_tasks(path)
+    (task,) = load_tasks(path, allow_workspace_outside=True)  # the run allows it: resolved, kept
+    assert task.workspace == Path(workspace if workspace.startswith("/") else tasks_dir / workspace).resolve()
+
+
+def test_a_workspace_under_the_task_files_directory_loads(tmp_path):
+    (tmp_path / "repos" / "r").mkdir(parents=True)
+    (tmp_path / "inner").symlink_to(tmp_path / "repos")  # a link that stays inside is fine
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(json.dumps({"instance_id": i, "problem_statement": "p", "workspace": w}) + "\n"
+                            for i, w in (("a", "repos/r"), ("b", str(tmp_path / "inner" / "r")))))
+    assert [t.workspace for t in load_tasks(path)] == [(tmp_path / "repos" / "r").resolve()] * 2
+
+
+@pytest.mark.parametrize("instance_id", ["preds.json", "results.jsonl", "report.json", "REPORT.JSON"])
+def test_an_instance_id_that_is_one_of_the_runs_own_files_is_refused(tmp_path, instance_id):
+    """``DIR/<instance_id>`` is the instance's directory: an id named like ``preds.json`` would
+    collide with the run's own files (``records.RUN_FILES``)."""
+    from swe_sandbox.batch.records import RUN_FILES
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"instance_id": instance_id, "problem_statement": "p"}) + "\n")
+    with pytest.raises(TaskFileError, match=rf"line 1: instance_id: '{re.escape(instance_id)}' is the name of "
+                                             "one of the run's own files"):
+        load_tasks(path)
+    assert instance_id.lower() in RUN_FILES

@@ -11,8 +11,9 @@ import pytest
 
 from swe_sandbox.agent import DefaultAgent, load_run_config
 from swe_sandbox.errors import ConfigError
+from swe_sandbox.files import atomic_write_text
 from swe_sandbox.models.test_models import DeterministicModel
-from swe_sandbox.trajectory import TRAJECTORY_FORMAT, atomic_write_text, load_trajectory, write_trajectory
+from swe_sandbox.trajectory import TRAJECTORY_FORMAT, load_trajectory, write_trajectory
 
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Run inside the sandbox: parse the trajectory the agent is writing, print what it holds.

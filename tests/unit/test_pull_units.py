@@ -154,7 +154,7 @@ def test_a_pull_shows_on_the_instance_line_of_a_batch():
     info = tally.running["inst-1"]
     assert info["phase"] == "pulling"
     row = LiveProgress._row("inst-1", info)
-    assert row[1].startswith("pulling") and row[4] == "127.0.0.1:5055/t/base:1  1/2 layers, 100 B/1.6 kB"
+    assert row[1].plain.startswith("pulling") and row[4].plain == "127.0.0.1:5055/t/base:1  1/2 layers, 100 B/1.6 kB"
     progress.finished = True
     listener(progress)
     assert tally.running["inst-1"]["phase"] == "starting" and tally.running["inst-1"]["detail"] == ""

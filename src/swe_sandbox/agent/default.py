@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from swe_sandbox.agent.observation import OBSERVATION_LIMIT, TRAJECTORY_OUTPUT_LIMIT, bounded
 from swe_sandbox.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted, TimeExceeded
 from swe_sandbox.protocols import Environment, Model
 
@@ -57,6 +58,14 @@ class AgentConfig(BaseModel):
     """Stop with exit status ``RepeatedFormatError`` after this many unusable replies in a row."""
     output_path: Path | None = None
     """Where the trajectory is saved after every step; None: not saved."""
+    observation_limit: int = Field(default=OBSERVATION_LIMIT, ge=0)
+    """Characters of a command's output the model sees at most: past it, the first and the last
+    half with a note of how many characters were elided between them (mini-swe-agent's 10 000;
+    ``swe_sandbox.agent.observation``). 0: the whole output."""
+    trajectory_output_limit: int = Field(default=TRAJECTORY_OUTPUT_LIMIT, ge=0)
+    """Characters of an output cut for the model that the trajectory keeps besides (head and
+    tail, in the observation's ``extra.raw_output``), so it grows by a bounded amount each step.
+    0: only what the model saw."""
 
 
 class ActionRejected(Exception):
@@ -311,7 +320,8 @@ class DefaultAgent:
         return max(0.0, self.config.wall_time_limit_s - (time.monotonic() - self.started_at))
 
     def execute_actions(self, message: dict[str, Any]) -> None:
-        """Run every action of ``message`` in order and add one observation per action.
+        """Run every action of ``message`` in order and add one observation per action (each
+        output bounded: ``observation_limit``, ``swe_sandbox.agent.observation``).
 
         Once an action submits (or the run must stop), the remaining actions of the turn are not
         run but still answered, so every tool call has its observation; then the run ends.
@@ -333,6 +343,7 @@ class DefaultAgent:
                 outputs.append(not_run_result(f"Not run: {ending['content']}" if ending else
                                               f"The command did not finish: {type(exc).__name__}: {exc}"))
                 stop = exc
+        outputs = [bounded(o, self.config.observation_limit, self.config.trajectory_output_limit) for o in outputs]
         self.add_messages(*self.model.format_observation_messages(message, outputs, self.get_template_vars()))
         if stop is not None:
             raise stop

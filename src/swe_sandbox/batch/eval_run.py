@@ -30,7 +30,7 @@ from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task, TaskFileError
 from swe_sandbox.batch.work import EVALUATED, EvaluationWork, WorkUnit
 from swe_sandbox.config import load_environment_config, validate
-from swe_sandbox.trajectory import atomic_write_text, to_json
+from swe_sandbox.files import atomic_write_text, to_json
 
 __all__ = ["EVALUATED", "match_predictions", "run_eval"]
 

@@ -436,7 +436,7 @@ def write_eval_files(result: EvalResult, directory: Path) -> None:
     unresolved), ``report.json`` into ``directory`` (created), each atomically. SWE-bench's names
     and rule: an instance without ``report.json`` (patch failed, timeout, error) is an error.
     A stale ``report.json`` of an earlier evaluation is removed."""
-    from swe_sandbox.trajectory import atomic_write_text, to_json
+    from swe_sandbox.files import atomic_write_text, to_json
 
     atomic_write_text(directory / "patch.diff", result.patch or "")
     atomic_write_text(directory / "test_output.txt", result.log)

@@ -9,25 +9,48 @@
 On Ray (``--ray``) each running instance's line starts with its node's short id, and a line gives
 the slots in use per node (``slots in use: 3f2a9c1e 2 · 81b0d4aa 1``).
 
-Text that comes from the sandbox or the model (commands) is shown with its control characters
-escaped (``swe_sandbox.terminal``), so no escape sequence reaches the terminal.
+Every string that comes from a task, the sandbox, the model or a results file (ids, commands,
+statuses, nodes) is shown as text, never as rich markup (``sed 's/[/]/_/'`` is a command, not a
+closing tag), with its control characters escaped (``swe_sandbox.terminal``), so no escape
+sequence reaches the terminal.
+
+A display failure never takes the batch down: the first one stops the live display (a warning
+says so, once) and the batch goes on, its events still counted.
+
+``make_progress`` picks the display: this one on a terminal, ``progress.LineProgress`` elsewhere.
 """
 
 from __future__ import annotations
 
+import logging
+import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
-from swe_sandbox.batch.progress import COMMAND_WIDTH, Tally
+from swe_sandbox.batch.progress import BatchProgress, LineProgress, Tally
+from swe_sandbox.batch.ray.settings import short_node
+from swe_sandbox.terminal import escape_controls, is_terminal
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import RenderableType
+    from rich.text import Text
 
     from swe_sandbox.batch.records import AttemptRecord
     from swe_sandbox.batch.rollouts import RolloutResult
 
+logger = logging.getLogger("swe_sandbox.batch")
+
 #: Running instances shown at most (the rest are counted).
 MAX_ROWS = 16
+#: Characters of a running instance's last command shown on its line.
+COMMAND_WIDTH = 60
+
+
+def plain(value: Any, style: str = "") -> Text:
+    """``value`` as rich ``Text`` (never parsed as markup), control characters escaped."""
+    from rich.text import Text
+
+    return Text(escape_controls(str(value)), style=style)
 
 
 class LiveProgress(Tally):
@@ -41,25 +64,51 @@ class LiveProgress(Tally):
         self.console = Console(stderr=True, highlight=False)
         self.live = Live(console=self.console, get_renderable=self.render, refresh_per_second=2,
                          transient=False, redirect_stdout=False, redirect_stderr=False)
+        self.failed = False
 
     def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         super().started(total=total, pending=pending, finished=finished)
-        self.live.start()
+        self._shielded(self.live.start)
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         super().finished(record, result)
         if record is not None and not record.done:
-            self.live.console.print(f"[yellow]{result.instance_id}[/]: {record.exit_status} (infrastructure "
-                                    f"failure, attempt {record.attempt})", markup=True, highlight=False)
+            line = plain(result.instance_id, "yellow") + plain(
+                f": {record.exit_status} (infrastructure failure, attempt {record.attempt})")
+            self._shielded(lambda: self.live.console.print(line, highlight=False))
 
     def stopped(self) -> None:
-        self.live.stop()
+        self._shielded(self.live.stop)
+
+    def _shielded(self, call: Any) -> None:
+        """``call()``, unless the display failed before; a failure stops the display, never the batch."""
+        if self.failed:
+            return
+        try:
+            call()
+        except Exception as exc:  # noqa: BLE001 - whatever broke the display, the batch goes on
+            self._give_up(exc)
+
+    def _give_up(self, exc: BaseException) -> None:
+        self.failed = True
+        logger.warning("the live display failed (%s: %s); the batch goes on without it",
+                       type(exc).__name__, escape_controls(str(exc)))
+        try:
+            self.live.stop()
+        except Exception:  # noqa: BLE001 - it is already broken
+            pass
 
     def render(self) -> Any:
+        """The display (rich calls it from its refresh thread); a failure shows one line instead."""
+        try:
+            return self._render()
+        except Exception as exc:  # noqa: BLE001 - the refresh thread must not die
+            return plain(f"(display error: {type(exc).__name__}: {exc})", "red")
+
+    def _render(self) -> RenderableType:
         from rich.console import Group
         from rich.progress_bar import ProgressBar
         from rich.table import Table
-        from rich.text import Text
 
         with self.lock:
             headline, rows = self.headline(), sorted(self.running.items())
@@ -67,7 +116,7 @@ class LiveProgress(Tally):
             slots = " · ".join(f"{node} {n}" for node, n in sorted(self.slots_in_use().items()))
             done, total = self.done, self.total
         bar = Table.grid(padding=(0, 2))
-        bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=40), Text(headline))
+        bar.add_row(ProgressBar(total=max(total, 1), completed=done, width=40), plain(headline))
         table = Table(box=None, padding=(0, 2), show_edge=False, header_style="bold")
         for column in ("instance", "phase", "step", "cost", "last command"):
             table.add_column(column, no_wrap=True, justify="right" if column in ("step", "cost") else "left")
@@ -75,24 +124,26 @@ class LiveProgress(Tally):
             table.add_row(*self._row(instance_id, info))
         parts: list[RenderableType] = [bar, table] if rows else [bar]
         if len(rows) > MAX_ROWS:
-            parts.append(Text(f"… and {len(rows) - MAX_ROWS} more running", style="dim"))
+            parts.append(plain(f"… and {len(rows) - MAX_ROWS} more running", "dim"))
         if slots:
-            parts.append(Text(f"slots in use: {slots}", style="dim"))
+            parts.append(plain(f"slots in use: {slots}", "dim"))
         if statuses:
-            parts.append(Text(statuses, style="dim"))
+            parts.append(plain(statuses, "dim"))
         return Group(*parts)
 
     @staticmethod
-    def _row(instance_id: str, info: dict[str, Any]) -> tuple[str, ...]:
-        from swe_sandbox.terminal import escape_controls
-
+    def _row(instance_id: str, info: dict[str, Any]) -> tuple[Text, ...]:
         text = info.get("detail") or info.get("command")  # detail: an image pull under way
-        command = escape_controls(str(text).strip().splitlines()[0] if text else "")
+        command = escape_controls(str(text).strip().splitlines()[0] if str(text or "").strip() else "")
         if len(command) > COMMAND_WIDTH:
             command = command[: COMMAND_WIDTH - 1] + "…"
-        from swe_sandbox.batch.ray.settings import short_node
-
         elapsed = time.monotonic() - info.get("since", time.monotonic())
         node = f"{short_node(info['ray_node'])} " if info.get("ray_node") else ""
-        return (f"{node}{instance_id}", f"{info.get('phase', '')} {elapsed:.0f}s", str(info.get("step", "")),
-                f"${float(info.get('cost', 0.0)):.4f}", command)
+        return (plain(f"{node}{instance_id}"), plain(f"{info.get('phase', '')} {elapsed:.0f}s"),
+                plain(info.get("step", "")), plain(f"${float(info.get('cost', 0.0)):.4f}"), plain(command))
+
+
+def make_progress(console_stream: TextIO | None = None) -> BatchProgress:
+    """``LiveProgress`` when ``console_stream`` (default stderr) is a terminal, else ``LineProgress``."""
+    stream = console_stream or sys.stderr
+    return LiveProgress() if is_terminal(stream) else LineProgress(stream)

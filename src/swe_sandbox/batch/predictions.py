@@ -15,7 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from swe_sandbox.batch.tasks import TaskFileError, jsonl_items, parse_json
+from swe_sandbox.batch.jsonfiles import jsonl_items, parse_json
+from swe_sandbox.errors import TaskFileError
 
 DEFAULT_MODEL_NAME = "unknown"
 

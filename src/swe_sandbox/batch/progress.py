@@ -1,10 +1,10 @@
-"""Progress of a batch: what the driver reports, shown live with rich or as plain lines.
+"""Progress of a batch: what the driver reports, and its plain-lines display.
 
-``BatchProgress`` receives the events (its methods do nothing); ``LiveProgress`` (a terminal)
-shows an overall bar (done/total, resolved so far, total cost, ETA), one line per running
-instance (phase, step, cost, last command) and the counts by exit status; ``LineProgress`` (not a
-terminal: CI logs) prints one plain line per finished attempt. ``update`` is called from the
-rollouts' threads; every method is thread-safe.
+``BatchProgress`` receives the events (its methods do nothing); ``Tally`` counts them;
+``LineProgress`` (not a terminal: CI logs) prints one plain line per finished attempt, control
+characters escaped (``swe_sandbox.terminal``). The live display of a terminal is
+``swe_sandbox.batch.live.LiveProgress`` (``live.make_progress`` picks one). ``update`` is called
+from the rollouts' threads; every method is thread-safe.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import time
 from collections import Counter
 from typing import TYPE_CHECKING, Any, TextIO
 
+from swe_sandbox.batch.ray.settings import short_node
+from swe_sandbox.terminal import escape_controls
+
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.records import AttemptRecord
     from swe_sandbox.batch.rollouts import RolloutResult
-
-#: Characters of a running instance's last command shown on its line.
-COMMAND_WIDTH = 60
-
 
 class BatchProgress:
     """Receives a batch's events; shows nothing. Subclass it for another display."""
@@ -84,8 +83,6 @@ class Tally(BatchProgress):
 
     def slots_in_use(self) -> Counter[str]:
         """Running instances per Ray node (short id), for those that reported one. Call with ``lock`` held."""
-        from swe_sandbox.batch.ray.settings import short_node
-
         return Counter(short_node(info["ray_node"]) for info in self.running.values() if info.get("ray_node"))
 
     def eta_s(self) -> float | None:
@@ -121,8 +118,6 @@ class LineProgress(Tally):
         self._print(f"batch: {total} instances, {pending} to run, {self.done} done before")
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
-        from swe_sandbox.batch.ray.settings import short_node
-
         super().finished(record, result)
         if record is None:
             self._print(f"{result.instance_id}: interrupted (runs again on resume)")
@@ -135,21 +130,5 @@ class LineProgress(Tally):
                     f"  [{self.headline()}]")
 
     def _print(self, line: str) -> None:
-        from swe_sandbox.terminal import for_stream
-
         with self.lock:
-            print(for_stream(line, self.stream), file=self.stream, flush=True)
-
-
-def make_progress(console_stream: TextIO | None = None) -> BatchProgress:
-    """``LiveProgress`` when ``console_stream`` (default stderr) is a terminal, else ``LineProgress``."""
-    stream = console_stream or sys.stderr
-    try:
-        tty = stream.isatty()
-    except (ValueError, OSError):
-        tty = False
-    if tty:
-        from swe_sandbox.batch.live import LiveProgress
-
-        return LiveProgress()
-    return LineProgress(stream)
+            print(escape_controls(line), file=self.stream, flush=True)

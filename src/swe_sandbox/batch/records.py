@@ -28,11 +28,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swe_sandbox.files import append_bytes, atomic_write_text, to_json
+
 RESULTS_FILE = "results.jsonl"
 PREDS_FILE = "preds.json"
 REPORT_FILE = "report.json"
 TRAJECTORY_SUFFIX = ".traj.json"
 EVAL_DIR = "eval"
+#: Names the run itself uses at the top of an output directory: no ``instance_id`` may be one
+#: (an instance's directory is ``DIR/<instance_id>``; compared case-insensitively).
+RUN_FILES = (RESULTS_FILE, PREDS_FILE, REPORT_FILE)
 
 
 class AttemptRecord(BaseModel):
@@ -88,8 +93,12 @@ class AttemptRecord(BaseModel):
 def output_directory(path: str | os.PathLike[str]) -> Path:
     """``path`` as the run's output directory, made if missing.
 
+    An existing directory must belong to this process's user (or to root, e.g. ``/tmp``): one
+    another user owns could hold links that user planted, or be read by them.
+
     Raises:
-        ConfigError: it cannot be made (names the cause) or is not writable.
+        ConfigError: it cannot be made (names the cause), is not writable, or belongs to another
+            user (names the owner).
     """
     from swe_sandbox.errors import ConfigError
 
@@ -98,6 +107,10 @@ def output_directory(path: str | os.PathLike[str]) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(f"--output: cannot create the directory {directory}: {exc.strerror or exc}") from None
+    owner = directory.stat().st_uid
+    if owner not in (os.geteuid(), 0):
+        raise ConfigError(f"--output: the directory {directory} belongs to another user (uid {owner}); "
+                          "give a directory of your own")
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"--output: the directory {directory} is not writable")
     return directory
@@ -125,28 +138,15 @@ class ResultsLog:
         return records
 
     def append(self, record: AttemptRecord) -> None:
-        """Append ``record`` as one line; a torn last line (a crash mid-write) is ended first."""
+        """Append ``record`` as one line; a torn last line (a crash mid-write) is ended first.
+
+        Raises:
+            OSError: the file cannot be written (``ELOOP``: it is a symlink, never followed).
+        """
         data = (record.model_dump_json() + "\n").encode("utf-8")
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                if _ends_torn(self.path):
-                    data = b"\n" + data
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-
-
-def _ends_torn(path: Path) -> bool:
-    """Whether the file is non-empty and does not end with a newline."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        if handle.tell() == 0:
-            return False
-        handle.seek(-1, os.SEEK_END)
-        return handle.read(1) != b"\n"
+            append_bytes(self.path, data, end_torn_line=True)
 
 
 class ResumeState:
@@ -250,8 +250,6 @@ class PredsFile:
             self._write()
 
     def _write(self) -> None:
-        from swe_sandbox.trajectory import atomic_write_text, to_json
-
         atomic_write_text(self.path, to_json(dict(sorted(self.preds.items())), indent=2) + "\n")
 
 

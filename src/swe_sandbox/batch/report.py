@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from swe_sandbox.batch import records as rec
+from swe_sandbox.terminal import escape_controls
 
 
 def summarize(output_dir: str | Path) -> dict[str, Any]:
@@ -70,7 +71,8 @@ def _timing(records: list[rec.AttemptRecord], done: int) -> dict[str, Any]:
 
 
 def render(summary: dict[str, Any], directory: str | Path) -> str:
-    """The summary as a few plain lines."""
+    """The summary as a few plain lines, control characters escaped (statuses come from a results
+    file, which anything may have written)."""
     lines = [f"{directory}: {summary['instances']} instances with results, {summary['done']} done, "
              f"{summary['not_done']} not done (infrastructure failures), {summary['attempts']} attempts"]
     if summary["exit_status"]:
@@ -86,4 +88,4 @@ def render(summary: dict[str, Any], directory: str | Path) -> str:
         counts = summary["report"]
         lines.append("report.json: " + ", ".join(f"{k.removesuffix('_instances')} {v}" for k, v in counts.items()
                                                  if k.endswith("_instances")))
-    return "\n".join(lines)
+    return escape_controls("\n".join(lines))

@@ -20,7 +20,8 @@ from swe_sandbox.batch.tasks import Task, load_dataset
 SHUFFLE_SEED = 42
 
 
-def load_task_file(path: Path, image_template: str | None = None, split: str | None = None) -> list[Task]:
+def load_task_file(path: Path, image_template: str | None = None, split: str | None = None,
+                   allow_workspace_outside: bool = False) -> list[Task]:
     """The tasks of ``path`` (``load_dataset(path, split)``), ``image_template`` naming the image of
     each task that has none.
 
@@ -28,6 +29,8 @@ def load_task_file(path: Path, image_template: str | None = None, split: str | N
         path: a task file (``.jsonl``, ``.json``, ``.parquet``) or a dataset directory.
         image_template: a format string over a task's fields (``apply_image_template``); None: none.
         split: with a dataset directory, the split to read. Default None.
+        allow_workspace_outside: accept a task ``workspace`` outside the task file's directory
+            (``load_dataset``). Default False.
 
     Returns:
         list[Task]: in file order.
@@ -35,7 +38,7 @@ def load_task_file(path: Path, image_template: str | None = None, split: str | N
     Raises:
         TaskFileError: the file does not load, or the template does not fit a task.
     """
-    tasks = load_dataset(path, split)
+    tasks = load_dataset(path, split, allow_workspace_outside=allow_workspace_outside)
     if image_template:
         apply_image_template(tasks, image_template)
     return tasks

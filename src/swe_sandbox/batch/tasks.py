@@ -21,12 +21,16 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swe_sandbox.batch.jsonfiles import jsonl_items, parse_json
+from swe_sandbox.batch.records import RUN_FILES
 from swe_sandbox.errors import TaskFileError
 
 #: Longest ``instance_id`` (it becomes a directory and file name).
 MAX_ID_LENGTH = 200
 #: Characters an ``instance_id`` may not hold (it becomes a file name).
 UNSAFE_ID = re.compile(r"[/\\\x00-\x1f]")
+#: The option that lets a task's ``workspace`` lie outside its task file's directory.
+WORKSPACE_OUTSIDE_OPTION = "--allow-workspace-outside"
 
 
 class Task(BaseModel):
@@ -35,13 +39,15 @@ class Task(BaseModel):
     model_config = ConfigDict(extra="allow", populate_by_name=True)
 
     instance_id: str
-    """Unique, and a safe file name: no ``/``, ``\\``, control characters, no leading ``.``."""
+    """Unique, and a safe file name: no ``/``, ``\\``, control characters, no leading ``.``, and none
+    of the run's own files (``records.RUN_FILES``: ``results.jsonl``, ``preds.json``, ...)."""
     problem_statement: str
     """The task text the agent gets."""
     image: str | None = Field(default=None, validation_alias=AliasChoices("image", "image_name", "docker_image"))
     """Container image for docker/podman (also read from ``image_name`` or ``docker_image``)."""
     workspace: Path | None = None
-    """Host directory copied into the sandbox's working directory (relative to the task file)."""
+    """Host directory copied into the sandbox's working directory (relative to the task file, and
+    under its directory, symlinks resolved, unless the run allows otherwise: ``load_tasks``)."""
     cwd: str = ""
     """Where commands start inside the sandbox (e.g. ``/testbed``); empty: the environment's."""
     setup_command: str = ""
@@ -91,6 +97,8 @@ class Task(BaseModel):
         if UNSAFE_ID.search(value) or value.startswith("."):
             raise ValueError(f"{value!r} is not a safe file name (no '/', '\\', control characters, "
                              "no leading '.')")
+        if value.casefold() in {name.casefold() for name in RUN_FILES}:
+            raise ValueError(f"{value!r} is the name of one of the run's own files ({', '.join(RUN_FILES)})")
         return value
 
     @field_validator("image")
@@ -184,20 +192,24 @@ class Task(BaseModel):
         return bool(self.FAIL_TO_PASS or self.PASS_TO_PASS)
 
 
-def load_tasks(path: str | Path) -> list[Task]:
+def load_tasks(path: str | Path, *, allow_workspace_outside: bool = False) -> list[Task]:
     """Load and validate a task file.
 
     Args:
         path: a ``.jsonl`` file (one object a line), a ``.json`` file (a list of objects) or a
             ``.parquet`` file (one object a row; needs pyarrow).
+        allow_workspace_outside: let a ``workspace`` lie outside the task file's directory (the
+            CLI's ``--allow-workspace-outside``). Defaults to False: a task file from elsewhere
+            cannot have ``/etc`` or ``~/.ssh`` copied into the sandbox (and its trajectory).
 
     Returns:
         list[Task]: in file order; ``workspace`` resolved against the task file's directory.
 
     Raises:
         TaskFileError: (a ``ConfigError``) unreadable file, bad JSON, a missing or invalid field,
-            a duplicate ``instance_id``, a ``workspace`` that is not a directory, or no task at
-            all; the message names the file, the line and the field.
+            a duplicate ``instance_id``, a ``workspace`` that is not a directory or (symlinks
+            resolved) lies outside the task file's directory, or no task at all; the message
+            names the file, the line and the field.
     """
     path = Path(path)
     if path.suffix == ".parquet":
@@ -211,7 +223,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     tasks: list[Task] = []
     seen: dict[str, int] = {}
     for line, item in items:
-        task = _task(item, line, path)
+        task = _task(item, line, path, allow_workspace_outside)
         if task.instance_id in seen:
             raise TaskFileError(f"{path} line {line}: instance_id: {task.instance_id!r} duplicates "
                                 f"line {seen[task.instance_id]}")
@@ -222,7 +234,7 @@ def load_tasks(path: str | Path) -> list[Task]:
     return tasks
 
 
-def _task(item: Any, line: int, path: Path) -> Task:
+def _task(item: Any, line: int, path: Path, allow_workspace_outside: bool = False) -> Task:
     """Validate one object of the file (``line`` for messages); resolve and check ``workspace``."""
     where = f"{path} line {line}"
     if not isinstance(item, dict):
@@ -240,6 +252,10 @@ def _task(item: Any, line: int, path: Path) -> Task:
         if not workspace.is_dir():
             raise TaskFileError(f"{where}: workspace: {workspace} is not a directory")
         task.workspace = workspace.resolve()
+        base = path.parent.resolve()
+        if not allow_workspace_outside and not task.workspace.is_relative_to(base):
+            raise TaskFileError(f"{where}: workspace: {task.workspace} is outside the task file's directory "
+                                f"{base} (allow it with {WORKSPACE_OUTSIDE_OPTION})")
     return task
 
 
@@ -262,19 +278,6 @@ def parquet_items(path: Path) -> list[tuple[int, Any]]:
     return list(enumerate(rows, 1))
 
 
-def jsonl_items(text: str, path: Path) -> list[tuple[int, Any]]:
-    """``(line number, object)`` of each non-blank line; ``TaskFileError`` names a line that is not JSON."""
-    items = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            items.append((number, json.loads(line)))
-        except ValueError as exc:
-            raise TaskFileError(f"{path} line {number}: not valid JSON: {exc}") from None
-    return items
-
-
 def _json_items(text: str, path: Path) -> list[tuple[int, Any]]:
     """The elements of a top-level JSON list, each with the line where it starts."""
     data = parse_json(text, path)
@@ -289,14 +292,6 @@ def _json_items(text: str, path: Path) -> list[tuple[int, Any]]:
     return items
 
 
-def parse_json(text: str, path: Path) -> Any:
-    """``json.loads(text)``; ``TaskFileError`` naming the line where it is not JSON."""
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise TaskFileError(f"{path} line {getattr(exc, 'lineno', '?')}: not valid JSON: {exc}") from None
-
-
 def _skip(text: str, index: int, chars: str) -> int:
     while index < len(text) and text[index] in chars:
         index += 1
@@ -309,13 +304,14 @@ def _skip(text: str, index: int, chars: str) -> int:
 SPLIT_SUFFIXES = (".parquet", ".jsonl", ".json")
 
 
-def load_dataset(path: str | Path, split: str | None = None) -> list[Task]:
+def load_dataset(path: str | Path, split: str | None = None, *, allow_workspace_outside: bool = False) -> list[Task]:
     """``load_tasks`` of a task file, or of one split of a dataset directory.
 
     Args:
         path: a task file, or a directory holding a dataset's splits (``SPLIT_SUFFIXES``, at any
             depth, outside hidden directories).
         split: the split to read from a directory (e.g. ``test``, ``dev``); None: its only one.
+        allow_workspace_outside: as ``load_tasks``'. Defaults to False.
 
     Returns:
         list[Task]: the split's tasks, file after file (sorted by name).
@@ -329,14 +325,14 @@ def load_dataset(path: str | Path, split: str | None = None) -> list[Task]:
     if not path.is_dir():
         if split is not None:
             raise TaskFileError(f"--split {split}: {path} is a task file, not a dataset directory")
-        return load_tasks(path)
+        return load_tasks(path, allow_workspace_outside=allow_workspace_outside)
     splits = dataset_splits(path)
     if split is None and len(splits) != 1:
         raise TaskFileError(f"{path}: choose a split with --split ({', '.join(sorted(splits)) or 'none found'})")
     chosen = split if split is not None else next(iter(splits))
     if chosen not in splits:
         raise TaskFileError(f"{path}: no split {chosen!r} (it has: {', '.join(sorted(splits)) or 'none'})")
-    tasks = [task for file in splits[chosen] for task in load_tasks(file)]
+    tasks = [task for file in splits[chosen] for task in load_tasks(file, allow_workspace_outside=allow_workspace_outside)]
     duplicates = sorted(i for i, n in Counter(t.instance_id for t in tasks).items() if n > 1)
     if duplicates:
         raise TaskFileError(f"{path}: split {chosen!r}: instance_id in two of its files: {', '.join(duplicates[:5])}")

@@ -75,6 +75,7 @@ GradingOpt = Annotated[Literal["strict", "swebench"], Opt("--grading",
 SplitOpt = Annotated[str | None, Opt("--split", metavar="NAME", show_default=False,
                                      help="With TASKS a dataset directory (as the hub's download writes one: "
                                           "data/test-00000-of-00001.parquet): the split to read.")]
+WorkspaceOutsideOpt = Annotated[bool, Opt("--allow-workspace-outside", help="Let a task's workspace lie outside the task file's directory.")]
 ImageTemplateOpt = Annotated[str | None, Opt("--image-template", metavar="TEMPLATE", help=IMAGE_TEMPLATE_HELP,
                                              show_default=False)]
 
@@ -152,6 +153,7 @@ def batch_command(
     grading: GradingOpt = "strict",
     split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
+    allow_workspace_outside: WorkspaceOutsideOpt = False,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
@@ -160,7 +162,7 @@ def batch_command(
         from swe_sandbox.batch.selection import load_task_file
         from swe_sandbox.preflight import check_model_config, environment_config, require_usable
 
-        tasks = select_tasks(load_task_file(tasks_file, image_template, split), filter_re, slice_spec, shuffle)
+        tasks = select_tasks(load_task_file(tasks_file, image_template, split, allow_workspace_outside), filter_re, slice_spec, shuffle)
         config = load_run_config(config_file, list(overrides or []))
         if model:
             config["model"]["model_name"] = model
@@ -193,7 +195,7 @@ def _check_agent_config(agent: dict[str, Any]) -> None:
 
 def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
     from swe_sandbox.batch.batch_run import run_batch
-    from swe_sandbox.batch.progress import make_progress
+    from swe_sandbox.batch.live import make_progress
 
     run_batch(tasks, output, run_config=config, env_config=env_data, progress=make_progress(), **options)
     _print_summary(output)
@@ -249,6 +251,7 @@ def eval_command(
     grading: GradingOpt = "strict",
     split: SplitOpt = None,
     image_template: ImageTemplateOpt = None,
+    allow_workspace_outside: WorkspaceOutsideOpt = False,
     ray: RayOpt = None,
 ) -> None:
     def body() -> int:
@@ -259,7 +262,7 @@ def eval_command(
         from swe_sandbox.config import apply_overrides, load_environment_config
         from swe_sandbox.preflight import require_usable
 
-        tasks = load_task_file(tasks_file, image_template, split)
+        tasks = load_task_file(tasks_file, image_template, split, allow_workspace_outside)
         preds = load_predictions(preds_file)
         match_predictions(preds, tasks)
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")

@@ -133,17 +133,17 @@ def show_summary(console: Console, status: str, submission: str, output: Path) -
 
     console.rule(Text("done", style="bold"), align="left")
     style = "bold green" if status == "Submitted" else "bold red"
-    console.print(Text("exit status: ", style="bold") + Text(status, style=style))
-    console.print(f"trajectory:  {output}", highlight=False)
+    console.print(Text("exit status: ", style="bold") + Text(escape_controls(status), style=style))
+    console.print(Text(escape_controls(f"trajectory:  {output}")))
     if status != "Submitted":
         return
     lines = submission.splitlines()
-    console.print(f"submission:  {submission_path(output)}  ({len(lines)} lines)", highlight=False)
+    console.print(Text(escape_controls(f"submission:  {submission_path(output)}  ({len(lines)} lines)")))
     shown = "\n".join(lines[:SHOW_LINES])
     if shown:
         console.print(Text(escape_controls(shown)))
     if len(lines) > SHOW_LINES:
-        console.print(f"… ({len(lines) - SHOW_LINES} more lines in the file)", highlight=False)
+        console.print(Text(f"… ({len(lines) - SHOW_LINES} more lines in the file)"))
 
 
 def progress_console() -> Console:

@@ -6,7 +6,8 @@ session, only the variables of ``sandbox_env()``; the host's system directories 
 ``/etc/shadow``, ``/etc/gshadow`` and ``/etc/ssh`` masked, the root read-only; kernel interfaces as
 Docker leaves them (``PROC_READ_ONLY`` read-only, ``PROC_MASKED`` empty, no ``/sys`` at all);
 writable are only the workspace (a host directory, mounted at ``mount_point``) and private,
-size-bounded ``/tmp``, ``/var/tmp`` and ``/dev/shm``. No network, not even the host's loopback.
+size-bounded ``/tmp``, ``/var/tmp`` and ``/dev/shm`` (tmpfs; past ``tmpfs_budget_bytes`` across
+this process's sandboxes, /tmp and /var/tmp go on disk: ``swe_sandbox.environments.scratch``). No network, not even the host's loopback.
 
 Run by root, bwrap itself runs as an unprivileged host uid (``host_uid``), so the sandbox's root
 is that uid, never host root. The runner is PID 1 (``--as-pid-1``): no bwrap init inside holds its
@@ -19,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import functools
 import json
+import logging
 import os
 import pwd
 import re
@@ -35,8 +37,9 @@ from pydantic import Field, field_validator
 
 from swe_sandbox import capabilities as cap
 from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
-from swe_sandbox.environments import bwrap_seccomp, hostcopy
+from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
+from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED
 
@@ -59,6 +62,11 @@ SHM_SIZE = 64 << 20  # /dev/shm, bytes (Docker's default shm-size)
 BASE_ENV = {"PATH": SANDBOX_PATH, "HOME": "/tmp", "LANG": "C.UTF-8", "USER": "root"}
 SECCOMP_FD = 3  # where LAUNCHER hands bwrap the seccomp filter
 GiB = 1 << 30
+logger = logging.getLogger("swe_sandbox.environments.bwrap")
+#: The warning when a sandbox's /tmp and /var/tmp go on disk (``tmpfs_budget_bytes``).
+ON_DISK_WARNING = ("bwrap: /tmp and /var/tmp of this sandbox are on disk ({path}, not size-bounded): "
+                   "their tmpfs ({size} bytes) would take this process's sandboxes past "
+                   "environment.tmpfs_budget_bytes ({budget} bytes, {used} held)")
 
 #: ``python -I -S -c LAUNCHER SPEC BWRAP ARGS...``: SPEC (JSON) gives ``rlimits`` ([[name, value]],
 #: soft = hard), ``bpf`` (hex, or null) put on ``seccomp_fd``, ``uid`` and ``gid`` (or null) to drop to
@@ -123,6 +131,13 @@ class BwrapConfig(EnvironmentConfig):
     """RLIMIT_NOFILE: open descriptors per process."""
     tmp_size_bytes: int = Field(GiB, gt=0)
     """Size of each of the tmpfs ``/tmp`` and ``/var/tmp``, bytes (memory of the host); /dev/shm has ``SHM_SIZE``."""
+    tmpfs_budget_bytes: int | None = Field(None, ge=0)
+    """Bytes of tmpfs ``/tmp`` and ``/var/tmp`` that all the bwrap sandboxes of this process may
+    hold at once (each sandbox counts ``2 * tmp_size_bytes``, what it may fill of the host's
+    memory). A sandbox that would go past it gets its /tmp and /var/tmp on disk instead (a
+    private directory under ``scratch.SCRATCH_PARENT``, removed at close, not size-bounded), with
+    a warning. None: half of the host's memory (``scratch.default_budget``); 0: always on disk.
+    /dev/shm (``SHM_SIZE``) is always tmpfs and not counted."""
 
     @field_validator("mount_point")
     @classmethod
@@ -289,6 +304,8 @@ class BwrapEnvironment(Environment):
         super().__init__(config)
         self._tmp_workspace: str | None = None
         self._uid_lock: IO[bytes] | None = None
+        self._tmpfs_held = 0  # bytes of scratch.TMPFS this sandbox holds
+        self._scratch: str | None = None  # its disk /tmp and /var/tmp, past the budget
         if config.workspace is not None and not Path(config.workspace).is_dir():
             raise ConfigError(f"environment.workspace: {config.workspace} is not a directory")
         self._switch = os.geteuid() == 0
@@ -329,7 +346,7 @@ class BwrapEnvironment(Environment):
         """The full bubblewrap command line (useful to debug the policy): ``bwrap_policy``, then
         the runner. Args as ``bwrap_policy``'s."""
         python = runner_python(self.config)[0]
-        return [*bwrap_policy(self.config, self.workspace, seccomp_fd=seccomp_fd, uid0=uid0),
+        return [*bwrap_policy(self.config, self.workspace, seccomp_fd=seccomp_fd, uid0=uid0, scratch=self._scratch),
                 python, *ISOLATED, "-c", BOOTSTRAP]
 
     def _open_channel(self) -> Channel:
@@ -339,12 +356,41 @@ class BwrapEnvironment(Environment):
             raise BackendUnavailable(reason)
         bpf = self._seccomp_bpf()
         ids = self.host_ids()
-        argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
-        path = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
-        assert path is not None  # unavailable_reason() just found it
-        argv[0] = path
-        launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
-        return spawn_runner(launch, self.sandbox_env(BASE_ENV))
+        self._take_scratch(ids)
+        try:
+            argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
+            path = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
+            assert path is not None  # unavailable_reason() just found it
+            argv[0] = path
+            launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
+            return spawn_runner(launch, self.sandbox_env(BASE_ENV))
+        except BaseException:
+            self._release_scratch()
+            raise
+
+    def _take_scratch(self, ids: tuple[int, int] | None) -> None:
+        """Hold this sandbox's tmpfs in ``scratch.TMPFS``, or past its budget make its disk scratch."""
+        if self._tmpfs_held or self._scratch is not None:
+            return
+        size = 2 * self.config.tmp_size_bytes
+        budget = self.config.tmpfs_budget_bytes
+        budget = scratch.default_budget() if budget is None else budget
+        if scratch.TMPFS.take(size, budget):
+            self._tmpfs_held = size
+            return
+        try:
+            self._scratch = scratch.make_scratch(ids)
+        except OSError as exc:
+            raise SandboxStartError(f"bwrap: cannot make a scratch directory for /tmp: {exc}") from None
+        logger.warning(ON_DISK_WARNING.format(path=self._scratch, size=size, budget=budget, used=scratch.TMPFS.used))
+
+    def _release_scratch(self) -> None:
+        """Give back the tmpfs this sandbox held, remove its disk scratch."""
+        scratch.TMPFS.give_back(self._tmpfs_held)
+        self._tmpfs_held = 0
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
 
     def _seccomp_bpf(self) -> bytes | None:
         """The seccomp filter's BPF, or None with ``seccomp: false``.
@@ -378,6 +424,7 @@ class BwrapEnvironment(Environment):
 
     def _stop(self) -> None:
         try:
+            self._release_scratch()
             if self._tmp_workspace is not None:
                 shutil.rmtree(self._tmp_workspace, ignore_errors=True)
                 self._tmp_workspace = None
@@ -415,7 +462,7 @@ def runner_python(cfg: BwrapConfig) -> tuple[str, list[str]]:
 
 
 def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: int | None = None,
-                 uid0: bool = False) -> list[str]:
+                 uid0: bool = False, scratch: str | None = None) -> list[str]:
     """The bwrap backend's policy (module doc) as a bubblewrap command line, up to and including
     its ``--``: what follows is the command to run inside. Used here and by ssh's remote bwrap.
 
@@ -424,6 +471,8 @@ def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: 
         workspace: the directory (of the host bwrap runs on) bound at ``mount_point``.
         seccomp_fd: descriptor bwrap reads the seccomp BPF from (None: no filter).
         uid0: map the sandbox's uid and gid 0 to the (unprivileged) uid bwrap runs as.
+        scratch: a directory of ``scratch.make_scratch`` whose subdirectories are bound at /tmp
+            and /var/tmp; None: tmpfs of ``cfg.tmp_size_bytes`` there.
 
     Returns:
         list[str]: starting with ``cfg.bwrap_path``, ending with ``--chdir MOUNT_POINT --``.
@@ -433,8 +482,10 @@ def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: 
     argv += ["--uid", "0", "--gid", "0"] if uid0 else []
     argv += ["--share-net"] if cfg.share_net else []
     argv += _system_binds() + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
-    for path, size in (("/dev/shm", SHM_SIZE), ("/tmp", cfg.tmp_size_bytes), ("/var/tmp", cfg.tmp_size_bytes)):
-        argv += ["--size", str(size), "--tmpfs", path]
+    argv += ["--size", str(SHM_SIZE), "--tmpfs", "/dev/shm"]
+    for path, name in SCRATCH_MOUNTS.items():
+        argv += ["--bind", os.path.join(scratch, name), path] if scratch else \
+            ["--size", str(cfg.tmp_size_bytes), "--tmpfs", path]
     binds = runner_python(cfg)[1]  # after the tmpfs mounts, which would hide a bind under /tmp
     for path in cfg.ro_binds:
         argv += ["--ro-bind", path, path]
