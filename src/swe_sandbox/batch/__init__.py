@@ -10,6 +10,31 @@
     run_batch(tasks, "runs/exp1", run_config=config, env_config="docker", workers=8, evaluate=True)
 
 Importing this package imports nothing else; names load on first use.
+
+=======================  ======================================================================
+module                   what
+=======================  ======================================================================
+``tasks``                task files and datasets (JSONL, JSON, Parquet, SWE-bench's shapes)
+``predictions``          predictions files (``preds.json``, JSONL)
+``images``               the images tasks name, their templates and pulls
+``sandbox``              a task's sandbox: its config, workspace and ``setup_command``
+``rollouts``             one rollout: the agent to an exit status, then evaluation (a value)
+``evaluation``           one evaluation: the patch checked, applied, tested and graded
+``integrity/``           what keeps the grade the patch's: patch policy, protected paths, the
+                         in-sandbox pytest plugin and its verifier
+``grading``              SWE-bench's report shape; ``swebench_instances``/``_registry``: its harness
+``options``              ``RunOptions``: a run's settings, from the CLI to the workers
+``work``                 units of work (rollout, re-evaluation, evaluation) with ``run(context)``
+``executors``            where units run: ``Executor``, ``ThreadExecutor`` (``ray/``: on Ray)
+``driver``               the one loop: units on an executor, each result committed
+``batch_run``            ``run_batch``: the batch's plan (resume, ``preds.json``, reports)
+``eval_run``             ``run_eval``: the evaluation run's plan
+``records``              the output directory's files: ``results.jsonl``, ``preds.json``, resume
+``control``              ``Cancellation`` (Ctrl-C) and ``CostBudget`` (the run's cost limit)
+``progress``, ``live``   what a run shows while it goes (``live``: rich's live table)
+``report``               the summary of an output directory (``swe-sandbox report``)
+``ray/``                 Ray alone: ``settings`` (no Ray import), ``executor``, ``worker``
+=======================  ======================================================================
 """
 
 from __future__ import annotations

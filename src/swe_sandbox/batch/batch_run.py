@@ -30,8 +30,8 @@ from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task
 from swe_sandbox.batch.work import ReevaluationWork, RolloutWork, WorkUnit, trajectory_path
 from swe_sandbox.config import load_environment_config, validate
-from swe_sandbox.models import warm_up
 from swe_sandbox.files import atomic_write_text, to_json
+from swe_sandbox.models import warm_up
 
 
 class BatchRun:

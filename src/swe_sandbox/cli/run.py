@@ -30,9 +30,9 @@ from swe_sandbox.cli.guard import guarded
 from swe_sandbox.cli.prepare import DEFAULT_RUNS_DIR, default_output_path, read_task
 from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err, interrupt_exit
+from swe_sandbox.files import atomic_write_text
 from swe_sandbox.redact import redact
 from swe_sandbox.terminal import escape_controls
-from swe_sandbox.files import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
