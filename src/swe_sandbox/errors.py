@@ -44,19 +44,11 @@ cases where there is no trustworthy result, so an agent stops instead of looping
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, ClassVar
 
 
-class TextEnum(str, Enum):
-    """An enum whose members are their string values everywhere: ``==`` a string, in JSON, in
-    ``str()`` and f-strings (``enum.StrEnum``'s behaviour, on Python 3.10 too)."""
-
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-class Outcome(TextEnum):
+class Outcome(StrEnum):
     """What an ending means for a run (the outcome column of the tree above).
 
     ``done`` says whether a batch attempt that ended so is final (``agent``, ``instance``,

@@ -178,7 +178,7 @@ class BatchRun:
         previous = self.final[instance_id]
         patch = self.kept_patch(instance_id)
         self.progress.update(instance_id, phase="evaluating")
-        return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config,
+        return evaluate_kept(self.tasks[instance_id], previous.exit_status, patch, self.env_config, outcome=previous.outcome,
                              cancel=self.cancel, eval_timeout=self.eval_timeout, backend=previous.backend,
                              grading=self.grading)
 
@@ -225,7 +225,7 @@ class BatchRun:
             eval_pending=bool(evaluation and evaluation.infra_failure), eval_only=result.evaluate_only,
             generation=self.state.generation,
             instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
-            exit_status=result.exit_status, done=result.done, error=result.error, cost=result.cost,
+            exit_status=result.exit_status, done=result.done, outcome=result.outcome, error=result.error, cost=result.cost,
             api_calls=result.api_calls, steps=result.steps, duration_s=round(result.duration_s, 3),
             backend=result.backend, started_at=result.started_at, finished_at=time.time(),
             **({"node": result.node} if result.node else {}), ray_node=result.ray_node or None,
