@@ -34,8 +34,8 @@ from swe_sandbox.errors import (
     Terminated,
     TimeExceeded,
 )
+from swe_sandbox.version import __version__ as __version__
 
-__version__ = "0.1.0"
 __all__ = [
     "get_environment",
     "BackendUnavailable",

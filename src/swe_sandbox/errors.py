@@ -1,33 +1,41 @@
 """Every exception swe-sandbox raises, in one tree.
 
-    Exception
-    ├── SweSandboxError              base of every error below
-    │   ├── ConfigError              a bad config value; the message names the field (also a ValueError)
-    │   │   └── TaskFileError        a task or predictions file that does not load; names line and field
-    │   ├── BackendUnavailable       the backend cannot run on this host (names the cause)
-    │   ├── ImageBuildError          ``swe-sandbox image build`` failed; names the step and its log
-    │   ├── SandboxError             something went wrong with a running sandbox
-    │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up
-    │   │   │   └── ImagePullError   its image could not be pulled (``.reason`` says why)
-    │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result
-    │   │   │   └── ConnectionLost   only the connection to it (ssh) was lost; the next command reconnects
-    │   │   ├── ProtocolError        the runner sent something it should not have
-    │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes`` on the host
-    │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero
-    │   ├── EvaluationStepFailed     a grading step failed once the patch was in the sandbox: the patch's outcome
-    │   └── ModelError               the model provider failed for good (after retries, or not retryable)
-    └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history
-        ├── FormatError              the model's reply could not be parsed into actions
-        ├── LimitsExceeded           step, cost or call limit reached
-        ├── TimeExceeded             wall-time limit reached
-        └── Submitted                the submission sentinel was printed; ``.submission`` holds the text
+    Exception                                                                                      outcome
+    ├── SweSandboxError              base of every error below                                     infrastructure
+    │   ├── ConfigError              a bad config value; the message names the field (a ValueError) config
+    │   │   └── TaskFileError        a task or predictions file that does not load; line and field config
+    │   ├── BackendUnavailable       the backend cannot run on this host (names the cause)         backend
+    │   ├── ImageBuildError          ``swe-sandbox image build`` failed; names the step and its log infrastructure
+    │   ├── SandboxError             something went wrong with a running sandbox                   sandbox
+    │   │   ├── SandboxStartError    the sandbox (or its runner) did not come up                   sandbox
+    │   │   │   └── ImagePullError   its image could not be pulled (``.reason`` says why)          sandbox
+    │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result sandbox
+    │   │   │   └── ConnectionLost   only the connection (ssh) was lost; the next command reconnects sandbox
+    │   │   ├── ProtocolError        the runner sent something it should not have                  sandbox
+    │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes``       sandbox
+    │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero              instance
+    │   ├── EvaluationStepFailed     a grading step failed once the patch was in the sandbox       agent
+    │   └── ModelError               the model provider failed for good (``gave_up``: see below)   instance
+    └── InterruptAgentFlow           control flow, not failure; ``.messages`` go to the history    agent
+        ├── FormatError              the model's reply could not be parsed into actions            agent
+        ├── LimitsExceeded           step, cost or call limit reached                              agent
+        ├── TimeExceeded             wall-time limit reached                                       agent
+        └── Submitted                the submission sentinel was printed; ``.submission``          agent
     BaseException
-    └── KeyboardInterrupt
-        ├── Terminated               SIGTERM / SIGHUP received by the command line (see ``swe_sandbox.cli.signals``)
-        └── BatchAborted             a batch stopped without waiting for its rollouts (second Ctrl-C, or grace over)
+    └── KeyboardInterrupt                                                                          interrupted
+        ├── Terminated               SIGTERM / SIGHUP received by the command line (``cli.signals``) interrupted
+        └── BatchAborted             a batch stopped without waiting (second Ctrl-C, grace over)   interrupted
 
 Every class in this tree is defined here and exported by ``swe_sandbox`` (``swe_sandbox.__all__``);
-``tests/unit/test_errors.py`` checks the drawing against the classes.
+``tests/unit/test_errors.py`` checks the drawing against the classes, and the outcome column
+against ``outcome_of``.
+
+The outcome column is what the error means for a run (``Outcome``): each class declares it as
+its ``outcome`` attribute (inherited along the MRO), and ``outcome_of`` maps any exception to one
+(any other ``Exception``: ``infrastructure``; any other ``KeyboardInterrupt``: ``interrupted``).
+Resume (is an attempt done or run again?), the reports and every exit status of the command line
+read it there: no class name or message text is compared. A ``ModelError`` that gave up after its
+retries (``gave_up``) is ``infrastructure``, one whose retry wait was interrupted is ``interrupted``.
 
 A command that fails (non-zero exit, timeout, missing ``cwd``) is *not* an exception: it is a
 result dict with ``returncode`` and ``exception_info`` set (DESIGN.md §1). Exceptions are for the
@@ -36,23 +44,83 @@ cases where there is no trustworthy result, so an agent stops instead of looping
 
 from __future__ import annotations
 
-from typing import Any
+from enum import StrEnum
+from typing import Any, ClassVar
+
+
+class Outcome(StrEnum):
+    """What an ending means for a run (the outcome column of the tree above).
+
+    ``done`` says whether a batch attempt that ended so is final (``agent``, ``instance``,
+    ``config``) or is run again (``backend``, ``sandbox``, ``infrastructure``; ``interrupted`` is
+    not an attempt at all). ``swe_sandbox.cli.exit_codes.exit_for`` gives each its exit status.
+    """
+
+    AGENT = "agent"
+    """The agent's own ending: submitted, a limit, repeated format errors (done)."""
+    INSTANCE = "instance"
+    """The instance or its model failed for good: setup failed, a model error not retried (done)."""
+    CONFIG = "config"
+    """A config, usage or task-file error (done: running it again cannot help)."""
+    BACKEND = "backend"
+    """Infrastructure: the backend cannot run on this host (run again)."""
+    SANDBOX = "sandbox"
+    """Infrastructure: the sandbox did not start, died or vanished, or broke the protocol (run again)."""
+    INFRASTRUCTURE = "infrastructure"
+    """Any other failure outside the agent: the model gave up after retries, a bug (run again)."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C, a termination signal, a batch cancelled: not an attempt (run again)."""
+
+    @property
+    def done(self) -> bool:
+        """Whether an attempt that ended so is final (never run again)."""
+        return self in (Outcome.AGENT, Outcome.INSTANCE, Outcome.CONFIG)
+
+
+def outcome_of(exc: BaseException) -> Outcome:
+    """The outcome of ``exc``: its ``outcome`` attribute (the class's, along the MRO, or the
+    instance's own, e.g. ``ModelError(..., gave_up=True)``) for the classes of this module;
+    ``interrupted`` for any other ``KeyboardInterrupt``; ``infrastructure`` for anything else.
+
+    Args:
+        exc (BaseException): any exception.
+
+    Returns:
+        Outcome: never raises.
+    """
+    if isinstance(exc, (SweSandboxError, InterruptAgentFlow)):
+        return exc.outcome
+    if isinstance(exc, KeyboardInterrupt):
+        return Outcome.INTERRUPTED
+    return Outcome.INFRASTRUCTURE
 
 
 class SweSandboxError(Exception):
-    """Base class of every error swe-sandbox raises."""
+    """Base class of every error swe-sandbox raises.
+
+    Attributes:
+        outcome (Outcome): what the error means for a run (class attribute; see ``outcome_of``).
+    """
+
+    outcome: Outcome = Outcome.INFRASTRUCTURE
 
 
 class ConfigError(SweSandboxError, ValueError):
     """A configuration value is invalid; the message names the field and what is allowed."""
 
+    outcome = Outcome.CONFIG
+
 
 class BackendUnavailable(SweSandboxError):
     """The backend cannot run on this host (binary missing, namespaces disabled, engine down)."""
 
+    outcome = Outcome.BACKEND
+
 
 class SandboxError(SweSandboxError):
     """Base class for failures of a running sandbox."""
+
+    outcome = Outcome.SANDBOX
 
 
 class SandboxStartError(SandboxError):
@@ -108,11 +176,15 @@ class TaskFileError(ConfigError):
 class SetupFailed(SweSandboxError):
     """The task's ``setup_command`` exited non-zero: the instance's error, not the agent's."""
 
+    outcome = Outcome.INSTANCE
+
 
 class EvaluationStepFailed(SweSandboxError):
     """A step of an evaluation (writing the patch, resetting a protected path) failed in the
     sandbox once the graded patch was there: the patch's outcome (no verdict of resolved, never
     retried), not the infrastructure's (``swe_sandbox.batch.evaluation``)."""
+
+    outcome = Outcome.AGENT
 
 
 class ProtocolError(SandboxError):
@@ -146,7 +218,32 @@ class DownloadTooLarge(SandboxError):
 
 class ModelError(SweSandboxError):
     """The model provider failed for good: not retryable (auth, not found, bad request, context
-    window) or still failing when the retry budget ran out. The message says which."""
+    window) or still failing when the retry budget ran out. The message says which.
+
+    Args:
+        message (str): what failed (the provider's class, status and words).
+        gave_up (bool): the call was retryable and still failed when the retry budget ran out:
+            the provider was unreachable, an infrastructure failure (default False).
+        interrupted (bool): a wait between attempts was cut short (the batch was cancelled)
+            (default False).
+
+    Attributes:
+        gave_up (bool), interrupted (bool): as given.
+        outcome (Outcome): ``interrupted``, else ``infrastructure`` when it gave up, else ``instance``.
+    """
+
+    outcome: Outcome = Outcome.INSTANCE
+
+    def __init__(self, message: str = "", *, gave_up: bool = False, interrupted: bool = False):
+        super().__init__(message)
+        self.gave_up, self.interrupted = gave_up, interrupted
+        if interrupted:
+            self.outcome = Outcome.INTERRUPTED
+        elif gave_up:
+            self.outcome = Outcome.INFRASTRUCTURE
+
+    def __reduce__(self):  # picklable (batch workers send errors back), flags kept
+        return _model_error, (type(self), str(self), self.gave_up, self.interrupted)
 
 
 class InterruptAgentFlow(Exception):
@@ -154,7 +251,10 @@ class InterruptAgentFlow(Exception):
 
     Attributes:
         messages (list[dict]): messages to append to the history (may be empty).
+        outcome (Outcome): ``agent`` (class attribute).
     """
+
+    outcome: ClassVar[Outcome] = Outcome.AGENT
 
     def __init__(self, *messages: dict[str, Any]):
         super().__init__(*messages)
@@ -216,3 +316,7 @@ class Terminated(KeyboardInterrupt):
 class BatchAborted(KeyboardInterrupt):
     """A second Ctrl-C while the first one's cleanup ran, or rollouts still busy ``CANCEL_GRACE_S``
     (``swe_sandbox.batch.driver``) after the first: the batch stops without waiting for them."""
+
+
+def _model_error(cls: type[ModelError], message: str, gave_up: bool, interrupted: bool) -> ModelError:
+    return cls(message, gave_up=gave_up, interrupted=interrupted)

@@ -80,3 +80,53 @@ def test_public_errors_raised_by_the_package_live_in_errors() -> None:
     }
     outside = {f"{cls.__module__}.{name}" for name, cls in our_exceptions().items() if cls.__module__ != errors.__name__}
     assert outside <= set(internal), f"define these in swe_sandbox.errors: {sorted(outside - set(internal))}"
+
+
+def drawn_outcomes() -> dict[str, str]:
+    """``{class name: outcome}`` from the drawing's outcome column (the last word of a class's line)."""
+    found: dict[str, str] = {}
+    for line in errors.__doc__.splitlines():
+        match = re.match(r"^\s*(?:[│ ]\s*)*(?:[├└]── )?([A-Z]\w+)\b.*\s([a-z]+)$", line)
+        if match and line.startswith("    "):
+            found[match.group(1)] = match.group(2)
+    return found
+
+
+def sample(cls: type[BaseException]) -> BaseException:
+    """An instance of ``cls`` (its constructor's required arguments filled in)."""
+    if cls is errors.DownloadTooLarge:
+        return cls(10, "/x")
+    if cls is errors.Terminated:
+        return cls(15)
+    return cls("x")
+
+
+def test_the_outcome_column_is_each_class_outcome() -> None:
+    outcomes = drawn_outcomes()
+    assert set(outcomes) >= {name for name in drawn_parents() if name not in ("Exception", "BaseException")}
+    for name, outcome in outcomes.items():
+        cls = BUILTIN_ROOTS.get(name) or getattr(errors, name)
+        if cls in (Exception, BaseException):
+            continue
+        assert errors.outcome_of(sample(cls)) == errors.Outcome(outcome), name
+
+
+def test_outcome_of_reads_classes_and_flags_never_text() -> None:
+    assert errors.outcome_of(RuntimeError("(gave up after")) is errors.Outcome.INFRASTRUCTURE
+    assert errors.outcome_of(errors.ModelError("(gave up after 3 attempt(s)")) is errors.Outcome.INSTANCE
+    assert errors.outcome_of(errors.ModelError("x", gave_up=True)) is errors.Outcome.INFRASTRUCTURE
+    assert errors.outcome_of(errors.ModelError("x", interrupted=True)) is errors.Outcome.INTERRUPTED
+
+    class Custom(errors.ImagePullError):
+        pass
+
+    assert errors.outcome_of(Custom("x")) is errors.Outcome.SANDBOX
+    assert [o.done for o in errors.Outcome] == [True, True, True, False, False, False, False]
+    assert f"{errors.Outcome.SANDBOX}" == str(errors.Outcome.SANDBOX) == "sandbox" == errors.Outcome.SANDBOX
+
+
+def test_a_model_error_keeps_its_flags_through_pickle() -> None:
+    import pickle
+
+    exc = pickle.loads(pickle.dumps(errors.ModelError("m", gave_up=True)))
+    assert (str(exc), exc.gave_up, exc.outcome) == ("m", True, errors.Outcome.INFRASTRUCTURE)

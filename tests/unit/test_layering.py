@@ -18,13 +18,14 @@ SRC = Path(swe_sandbox.__file__).parent
 PACKAGE = "swe_sandbox"
 #: The top-level parts of ``swe_sandbox``, ground floor first (``__init__``: the package's face).
 FLOORS = [
-    {"errors", "protocols", "redact", "terminal", "capabilities", "files", "py.typed"},
+    {"errors", "protocols", "redact", "terminal", "capabilities", "backends", "files", "version"},
     {"config", "runner", "templates", "trajectory"},
     {"environments", "images", "workspace"},
     {"models", "agent"},
     {"__init__"},
     {"testing"},
     {"batch", "_demo"},
+    {"preflight"},
     {"minisweagent", "cli", "__main__"},
 ]
 

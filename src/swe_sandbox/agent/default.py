@@ -12,7 +12,10 @@ agent itself, by a model or by a subclass alike: ``LimitsExceeded`` (step or cos
 format errors, a batch's budget) and ``TimeExceeded`` (wall time) carry the messages to add and,
 last, the exit message (``exit_message``); ``Submitted`` ends with the submission; ``FormatError``
 only adds its messages and the loop goes on. Any other exception ends the run with its class name
-as the exit status.
+as the exit status. Beside ``exit_status``, the trajectory's ``info`` records the ending's
+``outcome`` (``DefaultAgent.outcome``; the exit message keeps mini-swe-agent's keys) (``swe_sandbox.errors.outcome_of``: ``agent`` for the agent's own endings,
+``sandbox``, ``instance``, ... for an exception's, ``interrupted`` for Ctrl-C); a trajectory
+without it (older files) reads as ``agent`` once it has an exit status.
 """
 
 from __future__ import annotations
@@ -20,23 +23,47 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from swe_sandbox.agent.observation import OBSERVATION_LIMIT, TRAJECTORY_OUTPUT_LIMIT, bounded
-from swe_sandbox.errors import FormatError, InterruptAgentFlow, LimitsExceeded, Submitted, TimeExceeded
+from swe_sandbox.errors import (
+    FormatError,
+    InterruptAgentFlow,
+    LimitsExceeded,
+    Outcome,
+    Submitted,
+    TimeExceeded,
+    outcome_of,
+)
 from swe_sandbox.protocols import Environment, Model
 
 logger = logging.getLogger("swe_sandbox.agent")
 
-#: Exit statuses besides an exception's class name (e.g. ``SandboxDied``, ``ModelError``).
-SUBMITTED = "Submitted"
-LIMITS_EXCEEDED = "LimitsExceeded"
-TIME_EXCEEDED = "TimeExceeded"
-REPEATED_FORMAT_ERROR = "RepeatedFormatError"
-KEYBOARD_INTERRUPT = "KeyboardInterrupt"
+
+
+class ExitStatus(StrEnum):
+    """The exit statuses a run ends with besides an exception's class name (e.g. ``SandboxDied``,
+    ``ModelError``) or a signal's name (``SIGTERM``). Strings (``==`` and JSON as their values);
+    what an ending *means* is its ``Outcome``, recorded beside it."""
+
+    SUBMITTED = "Submitted"
+    LIMITS_EXCEEDED = "LimitsExceeded"
+    TIME_EXCEEDED = "TimeExceeded"
+    REPEATED_FORMAT_ERROR = "RepeatedFormatError"
+    KEYBOARD_INTERRUPT = "KeyboardInterrupt"
+    ENGINE_LOST = "EngineLost"
+    """Set by a batch (``swe_sandbox.batch.rollouts``): the sandbox's engine stopped answering."""
+
+
+SUBMITTED = ExitStatus.SUBMITTED
+LIMITS_EXCEEDED = ExitStatus.LIMITS_EXCEEDED
+TIME_EXCEEDED = ExitStatus.TIME_EXCEEDED
+REPEATED_FORMAT_ERROR = ExitStatus.REPEATED_FORMAT_ERROR
+KEYBOARD_INTERRUPT = ExitStatus.KEYBOARD_INTERRUPT
 
 
 class AgentConfig(BaseModel):
@@ -82,6 +109,12 @@ def exit_message(status: str, content: str, submission: str = "", **extra: Any) 
 
     An ``InterruptAgentFlow`` (``LimitsExceeded``, ``TimeExceeded``...) carrying one as its last
     message ends the run with it (see ``DefaultAgent.run``).
+
+    Args:
+        status (str): the exit status (``ExitStatus`` or an exception's class name).
+        content (str): the message's text.
+        submission (str): the submission (default ``""``).
+        **extra: more fields of ``extra`` (e.g. ``traceback``).
     """
     return {"role": "exit", "content": content, "extra": {"exit_status": status, "submission": submission, **extra}}
 
@@ -138,12 +171,24 @@ class DefaultAgent:
         self.n_steps = 0
         self.consecutive_format_errors = 0
         self.started_at: float | None = None
+        self._failure_outcome: Outcome | None = None
+        self.failure: BaseException | None = None
+        """The exception that ended the run, when one did (None: the agent's own ending)."""
 
     # -- results -----------------------------------------------------------------------------
     @property
     def exit_status(self) -> str:
         """The exit status once the run ended, else ``""``."""
         return self._exit_extra().get("exit_status", "")
+
+    @property
+    def outcome(self) -> Outcome | None:
+        """What the ending means (``errors.Outcome``) once the run ended, else None: the
+        exception's (``errors.outcome_of``) when one ended it, ``interrupted`` for Ctrl-C or a
+        signal, else ``agent`` (its own ending: submitted, a limit, repeated format errors)."""
+        if not self._exit_extra():
+            return None
+        return self._failure_outcome or Outcome.AGENT
 
     @property
     def submission(self) -> str:
@@ -214,6 +259,7 @@ class DefaultAgent:
         self.messages = []
         self.n_steps = 0
         self.consecutive_format_errors = 0
+        self._failure_outcome, self.failure = None, None
         self.started_at = time.monotonic()
         try:
             self.start_env()
@@ -255,6 +301,7 @@ class DefaultAgent:
         (``errors.Terminated``: the exit status is the signal's name, e.g. ``SIGTERM``)."""
         from swe_sandbox.errors import Terminated
 
+        self._failure_outcome, self.failure = Outcome.INTERRUPTED, exc
         if isinstance(exc, Terminated):
             return exit_message(exc.signal_name, f"Terminated by signal {exc.signal_name}.")
         return exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C).")
@@ -263,6 +310,7 @@ class DefaultAgent:
         from swe_sandbox.redact import redact
 
         logger.warning("agent stopped by %s: %s", type(exc).__name__, redact(str(exc), self.known_secrets()))
+        self._failure_outcome, self.failure = outcome_of(exc), exc
         return exit_message(type(exc).__name__, str(exc) or type(exc).__name__,
                             exception_str=str(exc), traceback=traceback.format_exc())
 
@@ -432,14 +480,15 @@ class DefaultAgent:
     # -- saving ------------------------------------------------------------------------------
     def serialize(self) -> dict[str, Any]:
         """The trajectory as a JSON-ready dict (mini-swe-agent's ``mini-swe-agent-1.1`` format)."""
-        from swe_sandbox import __version__
         from swe_sandbox.trajectory import TRAJECTORY_FORMAT, recursive_merge
+        from swe_sandbox.version import __version__
 
         extra = self._exit_extra()
         agent_data = {
             "info": {
                 "exit_status": extra.get("exit_status", ""),
                 "submission": extra.get("submission", ""),
+                "outcome": self.outcome or "",
                 "model_stats": {"instance_cost": self.model_cost,
                                 "api_calls": int(getattr(self.model, "n_calls", self.n_steps) or 0)},
                 "config": {"agent": self.config.model_dump(mode="json"),

@@ -25,11 +25,12 @@ from swe_sandbox.batch.grading import run_report
 from swe_sandbox.batch.options import RunOptions
 from swe_sandbox.batch.progress import BatchProgress
 from swe_sandbox.batch.ray.settings import ray_options
-from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
+from swe_sandbox.batch.rollouts import RolloutResult
 from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task
 from swe_sandbox.batch.work import ReevaluationWork, RolloutWork, WorkUnit, trajectory_path
 from swe_sandbox.config import load_environment_config, validate
+from swe_sandbox.errors import Outcome
 from swe_sandbox.files import atomic_write_text, to_json
 from swe_sandbox.models import warm_up
 
@@ -59,7 +60,8 @@ class BatchRun:
         if options.evaluate and self.state.should_evaluate(instance_id, options.max_attempts):
             previous = self.final[instance_id]
             return ReevaluationWork(task=task, env_config=env, options=options, exit_status=previous.exit_status,
-                                    patch=self.kept_patch(instance_id), previous_backend=previous.backend)
+                                    patch=self.kept_patch(instance_id), previous_backend=previous.backend,
+                                    outcome=previous.outcome)
         return None
 
     def pending(self) -> list[WorkUnit]:
@@ -77,7 +79,7 @@ class BatchRun:
         instance_id = result.instance_id
         if result.trajectory is not None:  # from a Ray worker: written here, first (see records)
             atomic_write_text(trajectory_path(self.dir, instance_id), result.trajectory)
-        if result.exit_status == INTERRUPTED:
+        if result.outcome is Outcome.INTERRUPTED:
             self.progress.finished(None, result)
             return None
         model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
@@ -108,7 +110,8 @@ class BatchRun:
             eval_pending=bool(evaluation and evaluation.infra_failure), eval_only=result.evaluate_only,
             generation=self.state.generation,
             instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
-            exit_status=result.exit_status, done=result.done, error=result.error, cost=result.cost,
+            exit_status=result.exit_status, done=result.done, outcome=result.outcome, error=result.error,
+            cost=result.cost,
             api_calls=result.api_calls, steps=result.steps, duration_s=round(result.duration_s, 3),
             backend=result.backend, started_at=result.started_at, finished_at=time.time(),
             **({"node": result.node} if result.node else {}), ray_node=result.ray_node or None,

@@ -25,11 +25,12 @@ from swe_sandbox.batch.executors import make_executor
 from swe_sandbox.batch.grading import run_report
 from swe_sandbox.batch.options import RunOptions
 from swe_sandbox.batch.ray.settings import ray_options
-from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult
+from swe_sandbox.batch.rollouts import RolloutResult
 from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task, TaskFileError
 from swe_sandbox.batch.work import EVALUATED, EvaluationWork, WorkUnit
 from swe_sandbox.config import load_environment_config, validate
+from swe_sandbox.errors import Outcome
 from swe_sandbox.files import atomic_write_text, to_json
 
 __all__ = ["EVALUATED", "match_predictions", "run_eval"]
@@ -76,7 +77,7 @@ class EvalRun:
         """Write one finished evaluation: its eval files (with a verdict), then its ``results.jsonl``
         line; an interrupted one is not an attempt. Returns the evaluation to run again, if any."""
         evaluation = result.evaluation
-        if result.exit_status == INTERRUPTED or evaluation is None:
+        if result.outcome is Outcome.INTERRUPTED or evaluation is None:
             return None
         if not evaluation.infra_failure:
             write_eval_files(evaluation, self.dir / result.instance_id / rec.EVAL_DIR)

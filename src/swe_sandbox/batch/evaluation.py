@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -72,17 +73,31 @@ STRICT, SWEBENCH = "strict", "swebench"
 PYTEST_PARSERS = (grading.PYTEST_PARSER, *PYTEST_LOG_PARSERS)
 GRADING_POLICIES = (STRICT, SWEBENCH)
 
-RESOLVED, UNRESOLVED, EMPTY_PATCH = "resolved", "unresolved", "empty_patch"
-PATCH_FAILED, PATCH_REFUSED, TIMEOUT, ERROR = "patch_failed", "patch_refused", "timeout", "error"
-EVAL_STATUSES = (RESOLVED, UNRESOLVED, EMPTY_PATCH, PATCH_FAILED, PATCH_REFUSED, TIMEOUT, ERROR)
+
+
+class EvalStatus(StrEnum):
+    """How an evaluation ended (strings: ``==`` and JSON as their values)."""
+
+    RESOLVED = "resolved"
+    UNRESOLVED = "unresolved"
+    EMPTY_PATCH = "empty_patch"
+    PATCH_FAILED = "patch_failed"
+    PATCH_REFUSED = "patch_refused"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+
+
+RESOLVED, UNRESOLVED, EMPTY_PATCH = EvalStatus.RESOLVED, EvalStatus.UNRESOLVED, EvalStatus.EMPTY_PATCH
+PATCH_FAILED, PATCH_REFUSED = EvalStatus.PATCH_FAILED, EvalStatus.PATCH_REFUSED
+TIMEOUT, ERROR = EvalStatus.TIMEOUT, EvalStatus.ERROR
+EVAL_STATUSES = tuple(EvalStatus)
 
 
 class EvalResult(BaseModel):
     """How one prediction fared."""
 
     instance_id: str
-    status: str
-    """One of ``EVAL_STATUSES``."""
+    status: EvalStatus
     resolved: bool = False
     reward: float = 0.0
     """1.0 when resolved, else 0.0."""
@@ -186,7 +201,7 @@ def infra_failed(task: Task, patch: str | None, error: str) -> EvalResult:
     return result
 
 
-def _failed(task: Task, patch: str | None, status: str, error: str, log: str = "") -> EvalResult:
+def _failed(task: Task, patch: str | None, status: EvalStatus, error: str, log: str = "") -> EvalResult:
     report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
     return EvalResult(instance_id=task.instance_id, status=status, error=error, report=report, log=log, patch=patch)
 
@@ -219,7 +234,7 @@ def died_outside(exc: SandboxDied, backend: type[Environment]) -> bool:
     """Whether a sandbox's death is the infrastructure's (DESIGN.md §9): only the link was lost
     (``ConnectionLost``), or its backend no longer answers (``unavailable_reason``); any other
     death is what ran in it (out of memory, its runner killed from inside). The one rule for the
-    evaluation's verdict and the agent's outcome (``rollouts.died_status``)."""
+    evaluation's verdict and the agent's outcome (``rollouts.died_outcome``)."""
     return isinstance(exc, ConnectionLost) or backend.unavailable_reason() is not None
 
 

@@ -21,12 +21,28 @@ With ``log_parser: exit_status`` (and no test lists), resolved means the command
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from enum import StrEnum
 from typing import Any
 
 PYTEST_PARSER = "pytest"
 EXIT_STATUS_PARSER = "exit_status"
-PASSED, FAILED, SKIPPED, ERROR, XFAIL = "PASSED", "FAILED", "SKIPPED", "ERROR", "XFAIL"
-STATUSES = (FAILED, PASSED, SKIPPED, ERROR, XFAIL)
+
+
+class TestStatus(StrEnum):
+    """A test's status in a log (SWE-bench's ``TestStatus``; strings: ``==`` and JSON as their values)."""
+
+    __test__ = False  # not a pytest test class
+
+    FAILED = "FAILED"
+    PASSED = "PASSED"
+    SKIPPED = "SKIPPED"
+    ERROR = "ERROR"
+    XFAIL = "XFAIL"
+
+
+PASSED, FAILED, SKIPPED = TestStatus.PASSED, TestStatus.FAILED, TestStatus.SKIPPED
+ERROR, XFAIL = TestStatus.ERROR, TestStatus.XFAIL
+STATUSES = tuple(TestStatus)
 FAIL_TO_PASS, PASS_TO_PASS = "FAIL_TO_PASS", "PASS_TO_PASS"
 
 # SWE-bench's log markers (swebench.harness.constants), so its tools read our eval logs.

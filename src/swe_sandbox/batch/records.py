@@ -28,6 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from swe_sandbox.errors import Outcome
 from swe_sandbox.files import append_bytes, atomic_write_text, to_json
 
 RESULTS_FILE = "results.jsonl"
@@ -51,7 +52,12 @@ class AttemptRecord(BaseModel):
     exit_status: str
     """The agent's exit status (``Submitted``, ``LimitsExceeded``, ...) or the failure's class name."""
     done: bool
-    """True: an agent outcome (not run again); False: an infrastructure failure (run again)."""
+    """True: an agent outcome (not run again); False: an infrastructure failure (run again).
+    Written as ``outcome.done`` (``swe_sandbox.errors.Outcome``); resume reads this field, so the
+    lines of older runs, without ``outcome``, resume as before."""
+    outcome: Outcome | None = None
+    """What the attempt's ending means (``errors.outcome_of``: ``agent``, ``instance``, ``sandbox``,
+    ...); None in lines written before outcomes were recorded, and in evaluation-only lines."""
     error: str = ""
     """One line on what went wrong, when something did."""
     cost: float = 0.0

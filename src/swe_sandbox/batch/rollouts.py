@@ -14,25 +14,18 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from swe_sandbox.agent.default import ExitStatus
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
-from swe_sandbox.errors import ConnectionLost, SandboxDied
+from swe_sandbox.errors import ConnectionLost, Outcome, SandboxDied, outcome_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
     from swe_sandbox.batch.tasks import Task
 
-#: Exit statuses that are agent outcomes (done: never run again), besides ``AGENT_ERRORS``.
-AGENT_OUTCOMES = frozenset({"Submitted", "LimitsExceeded", "TimeExceeded", "RepeatedFormatError"})
-#: Failures that are the instance's or the config's, not the infrastructure's: done, with an error.
-#: ``SandboxDied``: the sandbox died of what the agent ran in it (out of memory, its runner killed
-#: from inside): the agent's outcome, never retried (``died_status`` tells it from an engine failure).
-AGENT_ERRORS = frozenset({"SetupFailed", "ConfigError", "ModelError", "SandboxDied"})
 #: The exit status of a sandbox lost because its engine stopped answering: infrastructure (retried).
-ENGINE_LOST = "EngineLost"
-#: A ``ModelError`` whose message says this failed after retries: the provider was unreachable (infra).
-MODEL_GAVE_UP = "(gave up after"
+ENGINE_LOST = ExitStatus.ENGINE_LOST
 #: The exit status of a rollout stopped by ``Cancellation`` (Ctrl-C): not done, not an attempt.
-INTERRUPTED = "KeyboardInterrupt"
+INTERRUPTED = ExitStatus.KEYBOARD_INTERRUPT
 #: Placeholder in string values of the model config, replaced by the task's id (e.g. a replay
 #: model's ``trajectory: solutions/{instance_id}.traj.json``).
 INSTANCE_PLACEHOLDER = "{instance_id}"
@@ -47,7 +40,11 @@ class RolloutResult(BaseModel):
     exit_status: str
     """``Submitted``, ``LimitsExceeded``, ..., an exception's class name, or ``KeyboardInterrupt``."""
     done: bool
-    """An agent outcome (True) or an infrastructure failure / interruption (False: run again)."""
+    """An agent outcome (True) or an infrastructure failure / interruption (False: run again):
+    ``outcome.done``."""
+    outcome: Outcome | None = None
+    """What the ending means (``errors.Outcome``); None where its producer does not say (a
+    result made for a lost Ray task: ``done`` alone tells)."""
     submission: str = ""
     messages: list[dict[str, Any]] = []
     cost: float = 0.0
@@ -79,13 +76,6 @@ class RolloutResult(BaseModel):
     @property
     def reward(self) -> float | None:
         return None if self.evaluation is None else self.evaluation.reward
-
-
-def is_done(exit_status: str, error: str = "") -> bool:
-    """Whether an exit status is an agent outcome (DESIGN.md §7: infrastructure failures are not)."""
-    if exit_status == "ModelError":
-        return MODEL_GAVE_UP not in error
-    return exit_status in AGENT_OUTCOMES or exit_status in AGENT_ERRORS
 
 
 def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
@@ -138,6 +128,7 @@ def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
                                      grading_policy=grading)
     except KeyboardInterrupt:
         result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
+        result.outcome = Outcome.INTERRUPTED
         return
     if result.evaluation.infra_failure:  # the agent's outcome stands; only the evaluation runs again
         result.error = f"evaluation: {result.evaluation.error}"
@@ -145,8 +136,11 @@ def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
 
 def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str, Any], *,
                   cancel: Cancellation | None = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
-                  backend: str = "", grading: str = STRICT) -> RolloutResult:
+                  backend: str = "", grading: str = STRICT, outcome: Outcome | None = None) -> RolloutResult:
     """Evaluate the patch of an earlier, finished attempt (whose evaluation had no verdict).
+
+    Args:
+        outcome (Outcome | None): the earlier attempt's outcome, kept (None: it did not record one).
 
     Returns:
         RolloutResult: ``done``, ``evaluate_only``, the earlier ``exit_status`` and ``patch`` as
@@ -154,6 +148,7 @@ def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str
     """
     started, wall = time.monotonic(), time.time()
     result = RolloutResult(instance_id=task.instance_id, exit_status=exit_status, done=True, submission=patch,
+                           outcome=outcome,
                            backend=backend or str(env_config.get("backend", "")), started_at=wall, evaluate_only=True)
     _evaluate(task, result, env_config, cancel, eval_timeout, grading)
     result.duration_s = time.monotonic() - started
@@ -186,38 +181,42 @@ def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any
             else:
                 agent.run(task.problem_statement)
     except KeyboardInterrupt:
-        return _result(task, agent, backend, INTERRUPTED, "interrupted")
+        return _result(task, agent, backend, INTERRUPTED, Outcome.INTERRUPTED, "interrupted")
     except Exception as exc:  # the sandbox did not start, setup failed, a bad config: a value
-        status = died_status(exc, env_config) if isinstance(exc, SandboxDied) else type(exc).__name__
+        status, outcome = ending_of(exc, env_config)
         if cancel is not None and cancel.cancelled:
-            status = INTERRUPTED
-        return _result(task, agent, backend, status, f"{type(exc).__name__}: {exc}")
+            status, outcome = INTERRUPTED, Outcome.INTERRUPTED
+        return _result(task, agent, backend, status, outcome, f"{type(exc).__name__}: {exc}")
     finally:
         if budget is not None:
             budget.finish(task.instance_id, agent.model_cost if agent is not None else 0.0)
-    status = agent.exit_status
-    if cancel is not None and cancel.cancelled and _stopped_by_cancel(status, _exit_text(agent)):
-        status = INTERRUPTED
-    return _result(task, agent, backend, status, "" if status == "Submitted" else _exit_text(agent))
+    status, outcome = agent.exit_status, agent.outcome or Outcome.AGENT
+    if isinstance(agent.failure, SandboxDied):  # the sandbox died under the agent: the one rule decides
+        status, outcome = ending_of(agent.failure, env_config)
+    if cancel is not None and cancel.cancelled and not outcome.done:  # ended by the cancel (a retry wait too)
+        status, outcome = INTERRUPTED, Outcome.INTERRUPTED
+    return _result(task, agent, backend, status, outcome, "" if status == ExitStatus.SUBMITTED else _exit_text(agent))
 
 
-def died_status(exc: SandboxDied, env_config: dict[str, Any]) -> str:
-    """The exit status of a sandbox that died: ``ConnectionLost`` (ssh: the link, not the sandbox)
-    and ``ENGINE_LOST`` (its engine no longer answers) are infrastructure; any other death is the
-    agent's outcome (``SandboxDied``, done)."""
+def ending_of(exc: Exception, env_config: dict[str, Any]) -> tuple[str, Outcome]:
+    """The exit status and outcome of a rollout that ``exc`` ended before (or outside) the agent's
+    loop: its class name and ``errors.outcome_of``, but a sandbox death as ``died_outcome`` says
+    (``ENGINE_LOST`` for an engine that no longer answers)."""
+    if not isinstance(exc, SandboxDied):
+        return type(exc).__name__, outcome_of(exc)
+    outcome = died_outcome(exc, env_config)
+    lost = outcome is Outcome.SANDBOX and not isinstance(exc, ConnectionLost)
+    return (ENGINE_LOST if lost else type(exc).__name__), outcome
+
+
+def died_outcome(exc: SandboxDied, env_config: dict[str, Any]) -> Outcome:
+    """A sandbox's death in a batch: ``sandbox`` (infrastructure, run again) when it died outside
+    (``evaluation.died_outside``: the ssh link lost, or its engine no longer answers); any other
+    death is what the agent ran in it (out of memory, its runner killed from inside): ``agent``, done."""
     from swe_sandbox.environments import environment_class
 
-    if isinstance(exc, ConnectionLost):
-        return type(exc).__name__
-    return ENGINE_LOST if died_outside(exc, environment_class(str(env_config.get("backend", "")))) else "SandboxDied"
-
-
-def _stopped_by_cancel(status: str, text: str) -> bool:
-    """Whether an agent that ended after the batch's cancel ended because of it: not done, or its
-    model's retry wait was interrupted (the cancel calls ``interrupt``)."""
-    from swe_sandbox.models.retry import INTERRUPTED_MESSAGE
-
-    return not is_done(status, text) or INTERRUPTED_MESSAGE in text
+    backend = environment_class(str(env_config.get("backend", "")))
+    return Outcome.SANDBOX if died_outside(exc, backend) else Outcome.AGENT
 
 
 def _exit_text(agent: Any) -> str:
@@ -225,18 +224,19 @@ def _exit_text(agent: Any) -> str:
     return str(last.get("content") or "")[:2000] if last.get("role") == "exit" else ""
 
 
-def _result(task: Task, agent: Any, backend: str, status: str, error: str) -> RolloutResult:
+def _result(task: Task, agent: Any, backend: str, status: str, outcome: Outcome, error: str) -> RolloutResult:
     """The result of a finished (or failed) agent run, from what ``agent`` holds (None: never built)."""
     from swe_sandbox.redact import redact
 
-    done = status != INTERRUPTED and is_done(status, error)
+    done = outcome.done
     error = redact(error, agent.known_secrets() if agent is not None else ())
     if agent is None:
-        return RolloutResult(instance_id=task.instance_id, exit_status=status, done=done, error=error, backend=backend)
+        return RolloutResult(instance_id=task.instance_id, exit_status=status, done=done, outcome=outcome,
+                             error=error, backend=backend)
     model = agent.model
     return RolloutResult(
-        instance_id=task.instance_id, exit_status=status, done=done, error=error, backend=backend,
-        submission=agent.redacted()["info"]["submission"] if status == "Submitted" else "",
+        instance_id=task.instance_id, exit_status=status, done=done, outcome=outcome, error=error, backend=backend,
+        submission=agent.redacted()["info"]["submission"] if status == ExitStatus.SUBMITTED else "",
         messages=agent.messages, cost=agent.model_cost, api_calls=int(getattr(model, "n_calls", 0) or 0),
         steps=agent.n_steps, model_name=str(getattr(getattr(model, "config", None), "model_name", "") or ""))
 

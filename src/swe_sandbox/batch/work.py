@@ -31,6 +31,7 @@ from swe_sandbox.batch.ray.settings import NODE_LOST, short_node
 from swe_sandbox.batch.records import TRAJECTORY_SUFFIX
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, evaluate_kept, rollout
 from swe_sandbox.batch.tasks import Task
+from swe_sandbox.errors import Outcome
 
 #: The exit status of a ``swe-sandbox eval`` attempt (its ``results.jsonl`` lines).
 EVALUATED = "Evaluated"
@@ -98,7 +99,8 @@ class WorkUnit(BaseModel):
         started = float(where.get("started_at") or 0.0)
         message = NODE_LOST.format(kind=self.noun, node=short_node(where.get("ray_node", "")) or "?", error=error)
         return RolloutResult(
-            instance_id=self.instance_id, exit_status=exit_status, done=False, error=message,
+            instance_id=self.instance_id, exit_status=exit_status, done=False, outcome=Outcome.INFRASTRUCTURE,
+            error=message,
             backend=self.backend, node=where.get("node", ""), ray_node=where.get("ray_node", ""),
             started_at=started, duration_s=round(time.time() - started, 3) if started else 0.0,
             steps=int(where.get("step") or 0), cost=float(where.get("cost") or 0.0))
@@ -106,7 +108,8 @@ class WorkUnit(BaseModel):
     def not_started(self) -> RolloutResult:
         """The result of a unit the run stopped before it started: not an attempt (it runs on resume)."""
         return RolloutResult(instance_id=self.instance_id, exit_status=INTERRUPTED, done=False,
-                             error="not started: the batch was stopping", backend=self.backend)
+                             outcome=Outcome.INTERRUPTED, error="not started: the batch was stopping",
+                             backend=self.backend)
 
     @property
     def backend(self) -> str:
@@ -140,17 +143,20 @@ class ReevaluationWork(WorkUnit):
     """The earlier attempt's exit status (it stands)."""
     patch: str
     previous_backend: str = ""
+    outcome: Outcome | None = None
+    """The earlier attempt's outcome (it stands; None: its record has none)."""
 
     def run(self, context: WorkContext) -> RolloutResult:
         context.progress(self.instance_id, phase="evaluating")
         return evaluate_kept(self.task, self.exit_status, self.patch, self.env_config, cancel=context.cancel,
                              eval_timeout=self.options.eval_timeout, backend=self.previous_backend,
-                             grading=self.options.grading)
+                             grading=self.options.grading, outcome=self.outcome)
 
     def lost(self, exit_status: str, error: str, where: dict[str, Any]) -> RolloutResult:
         """The earlier attempt's outcome stands (done); its evaluation has no verdict (runs again)."""
         lost = super().lost(exit_status, error, where)
-        return lost.model_copy(update={"exit_status": self.exit_status, "done": True, "evaluate_only": True,
+        return lost.model_copy(update={"exit_status": self.exit_status, "done": True, "outcome": self.outcome,
+                                       "evaluate_only": True,
                                        "submission": self.patch,
                                        "evaluation": infra_failed(self.task, self.patch, lost.error)})
 
@@ -170,7 +176,8 @@ class EvaluationWork(WorkUnit):
                                   cancel=context.cancel, grading_policy=self.options.grading)
         except KeyboardInterrupt:  # the cancel cut it short: not an attempt
             return RolloutResult(instance_id=self.instance_id, exit_status=INTERRUPTED, done=False,
-                                 error="interrupted during evaluation", backend=self.backend, started_at=started)
+                                 outcome=Outcome.INTERRUPTED, error="interrupted during evaluation",
+                                 backend=self.backend, started_at=started)
         return self._result(evaluation, started)
 
     def lost(self, exit_status: str, error: str, where: dict[str, Any]) -> RolloutResult:

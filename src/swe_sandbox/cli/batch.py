@@ -6,8 +6,6 @@ level; the batch machinery, rich and the backends load inside the commands, so `
 
 from __future__ import annotations
 
-import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -15,9 +13,10 @@ import typer
 
 from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from swe_sandbox.cli.guard import guarded
-from swe_sandbox.cli.signals import echo_err, interrupt_exit
+from swe_sandbox.cli.signals import echo_err
 
 if TYPE_CHECKING:  # pragma: no cover
+    from swe_sandbox.batch.options import RunOptions
     from swe_sandbox.batch.tasks import Task
 
 DEFAULT_BACKEND = "bwrap"
@@ -174,16 +173,25 @@ def batch_command(
                                       config["environment"])
         require_usable(str(env_data.get("backend")))
         check_task_images(tasks, env_data)
-        return _run(tasks, output, config, env_data, workers=workers, evaluate=evaluate, max_attempts=max_attempts,
-                    redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout,
-                    grading=grading, **_executor(ray))
+        options = run_options(workers=workers, evaluate=evaluate, max_attempts=max_attempts,
+                              redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout,
+                              grading=grading, ray=ray)
+        return _run(tasks, output, config, env_data, options)
 
-    raise typer.Exit(_guarded(body))
+    raise typer.Exit(guarded(body, on_interrupt=SAVED_ON_INTERRUPT))
 
 
-def _executor(ray: str | None) -> dict[str, Any]:
-    """``run_batch`` / ``run_eval``'s ``executor`` and ``ray_address`` for ``--ray``."""
-    return {"executor": "threads"} if ray is None else {"executor": "ray", "ray_address": ray}
+def run_options(*, ray: str | None, **settings: Any) -> RunOptions:
+    """The run's ``RunOptions`` from the command's options (``--ray``: ``executor`` and ``ray_address``).
+
+    Raises:
+        ConfigError: a bad value (names the field).
+    """
+    from swe_sandbox.batch.options import RunOptions
+    from swe_sandbox.config import validate
+
+    where = {"executor": "threads"} if ray is None else {"executor": "ray", "ray_address": ray}
+    return validate(RunOptions, {**settings, **where}, section="run")
 
 
 def _check_agent_config(agent: dict[str, Any]) -> None:
@@ -193,11 +201,12 @@ def _check_agent_config(agent: dict[str, Any]) -> None:
     validate(AgentConfig, agent, section="agent")
 
 
-def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any], **options: Any) -> int:
+def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict[str, Any],
+         options: RunOptions) -> int:
     from swe_sandbox.batch.batch_run import run_batch
     from swe_sandbox.batch.live import make_progress
 
-    run_batch(tasks, output, run_config=config, env_config=env_data, progress=make_progress(), **options)
+    run_batch(tasks, output, run_config=config, env_config=env_data, options=options, progress=make_progress())
     _print_summary(output)
     return _exit_for(output, [t.instance_id for t in tasks])
 
@@ -216,23 +225,8 @@ def _print_summary(directory: Path) -> None:
     typer.echo(render(summarize(directory), directory))
 
 
-def _guarded(body: Any) -> int:
-    """``guard.guarded`` plus Ctrl-C: the first ends with 130 once the batch cleaned up; a
-    second one (``BatchAborted``) exits at once, without waiting for worker threads."""
-    from swe_sandbox.errors import BatchAborted
-
-    try:
-        return guarded(body)
-    except BatchAborted as exc:
-        code, _ = interrupt_exit(exc)
-        echo_err(f"swe-sandbox: {exc}: exiting now; finished instances are saved, the rest run again on resume")
-        sys.stderr.flush()
-        sys.stdout.flush()
-        os._exit(code)
-    except KeyboardInterrupt as exc:
-        code, what = interrupt_exit(exc)
-        echo_err(f"swe-sandbox: {what}; finished instances are saved, the rest run again on resume")
-        return code
+#: What a batch's or an evaluation's Ctrl-C adds to ``swe-sandbox: interrupted``.
+SAVED_ON_INTERRUPT = "; finished instances are saved, the rest run again on resume"
 
 
 @app.command("eval", help=EVAL_HELP)
@@ -268,13 +262,13 @@ def eval_command(
         env_data = apply_overrides(load_environment_config(env), list(overrides or []), section="environment")
         require_usable(str(env_data.get("backend")))
         check_task_images(predicted_tasks(tasks, preds), env_data)
-        report = run_eval(preds, tasks, output, env_config=env_data, workers=workers, max_attempts=max_attempts,
-                          redo_existing=redo_existing, eval_timeout=eval_timeout, grading=grading,
-                          **_executor(ray))
+        options = run_options(workers=workers, max_attempts=max_attempts, redo_existing=redo_existing,
+                              eval_timeout=eval_timeout, grading=grading, ray=ray)
+        report = run_eval(preds, tasks, output, env_config=env_data, options=options)
         _print_summary(output)
         return _exit_for(output, report["submitted_ids"])
 
-    raise typer.Exit(_guarded(body))
+    raise typer.Exit(guarded(body, on_interrupt=SAVED_ON_INTERRUPT))
 
 
 @app.command("report", help=REPORT_HELP)

@@ -22,9 +22,16 @@ status        constant                   meaning
 128 + N       ``signal_exit(N)``         signal N turned into ``errors.Terminated``: 143 SIGTERM,
                                          129 SIGHUP (``swe_sandbox.cli.signals``)
 ============  =========================  ==============================================================
+
+An error's status comes from its ``errors.Outcome`` alone (``exit_for``, ``exit_for_error``):
+``config`` 2, ``backend`` 3, ``sandbox`` 4, ``interrupted`` 130 (128 + N for a signal), any other
+outcome the command's own (``run``: 1; ``exec``: 4). ``run`` exits 0 on ``Submitted``, else with
+the status of its ending's outcome (``run_exit``).
 """
 
 from __future__ import annotations
+
+from swe_sandbox.errors import Outcome, Terminated, outcome_of
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -41,6 +48,42 @@ EXIT_SIGNAL_BASE = 128
 def signal_exit(signum: int) -> int:
     """The exit status for signal number ``signum`` (e.g. 15, SIGTERM: 143)."""
     return EXIT_SIGNAL_BASE + int(signum)
+
+
+#: The exit status of each outcome that has one of its own; the others exit with the command's own.
+OUTCOME_EXITS: dict[Outcome, int] = {
+    Outcome.CONFIG: EXIT_USAGE,
+    Outcome.BACKEND: EXIT_BACKEND_UNAVAILABLE,
+    Outcome.SANDBOX: EXIT_SANDBOX_FAILED,
+    Outcome.INTERRUPTED: EXIT_INTERRUPTED,
+}
+
+
+def exit_for(outcome: Outcome, other: int = EXIT_FAILED) -> int:
+    """The exit status of an ending whose outcome is ``outcome`` (``OUTCOME_EXITS``).
+
+    Args:
+        outcome (Outcome): the ending's outcome.
+        other (int): the status of an outcome without one of its own (``agent``, ``instance``,
+            ``infrastructure``); default ``EXIT_FAILED`` (1).
+    """
+    return OUTCOME_EXITS.get(outcome, other)
+
+
+def exit_for_error(exc: BaseException, other: int = EXIT_FAILED) -> int:
+    """The exit status for ``exc``: 128 + N for a signal (``errors.Terminated``), else
+    ``exit_for(errors.outcome_of(exc), other)``."""
+    if isinstance(exc, Terminated):
+        return exc.exit_code
+    return exit_for(outcome_of(exc), other)
+
+
+def run_exit(submitted: bool, outcome: Outcome | None) -> int:
+    """``run``'s (and ``demo``'s replayed run's) exit status: 0 when it submitted, else its
+    ending's (``exit_for``; 1 for the agent's own endings, a limit or repeated format errors)."""
+    if submitted:
+        return EXIT_OK
+    return exit_for(outcome or Outcome.AGENT)
 
 
 #: The exit statuses of ``exec``, as its ``--help`` (and the app's) tells them.

@@ -1,19 +1,30 @@
-"""swe-sandbox's errors as one ``swe-sandbox: KIND: MESSAGE`` line on stderr and an exit status.
+"""The one guard of the command line: swe-sandbox's errors and interruptions as one stderr line
+(``swe-sandbox: KIND: MESSAGE``, ``swe-sandbox: interrupted``) and an exit status.
 
-One translation for every command (``exit_codes`` has the table): ``ConfigError`` is 2,
-``BackendUnavailable`` 3, a ``SandboxError`` 4; any other ``SweSandboxError`` is the command's own
-choice (``exec``: 4, the agent's commands: 1).
+One translation for every command, from the error's ``errors.Outcome`` (``exit_codes`` has the
+table): ``config`` is 2, ``backend`` 3, ``sandbox`` 4; any other ``SweSandboxError`` is the command's
+own choice (``exec``: 4, the agent's commands: 1). Ctrl-C is 130, a signal 128 + N
+(``interrupted``); a second Ctrl-C of a batch (``errors.BatchAborted``) exits at once.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 
 import typer
 
-from swe_sandbox.cli.exit_codes import EXIT_BACKEND_UNAVAILABLE, EXIT_FAILED, EXIT_SANDBOX_FAILED, EXIT_USAGE
+from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_SANDBOX_FAILED, exit_for
 from swe_sandbox.cli.signals import echo_err, interrupt_exit
+from swe_sandbox.errors import BatchAborted, Outcome, SweSandboxError, outcome_of
+
+#: The word of each outcome in the stderr line; any other outcome's is ``error``.
+KINDS: dict[Outcome, str] = {
+    Outcome.CONFIG: "config error",
+    Outcome.BACKEND: "backend unavailable",
+    Outcome.SANDBOX: "sandbox failed",
+}
 
 
 def one_line(message: str) -> str:
@@ -44,57 +55,74 @@ def fail(code: int, kind: str, message: str) -> None:
 
 
 def classify(exc: BaseException, other: int) -> tuple[int, str, str]:
-    """``(exit status, kind, message)`` for a swe-sandbox error; ``other`` is the status of an
-    error that is neither a config error, an unavailable backend nor a sandbox failure."""
-    from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError
-
-    if isinstance(exc, ConfigError):
-        return EXIT_USAGE, "config error", str(exc).removeprefix("invalid config:")
-    if isinstance(exc, BackendUnavailable):
-        return EXIT_BACKEND_UNAVAILABLE, "backend unavailable", str(exc)
-    if isinstance(exc, SandboxError):
-        return EXIT_SANDBOX_FAILED, "sandbox failed", f"{type(exc).__name__}: {exc}"
+    """``(exit status, kind, message)`` for a swe-sandbox error, from its outcome (``KINDS``,
+    ``exit_codes.exit_for``); ``other`` is the status of an error whose outcome has none of its own."""
+    outcome = outcome_of(exc)
+    if outcome is Outcome.CONFIG:
+        return exit_for(outcome), KINDS[outcome], str(exc).removeprefix("invalid config:")
+    if outcome is Outcome.BACKEND:
+        return exit_for(outcome), KINDS[outcome], str(exc)
+    if outcome in KINDS:
+        return exit_for(outcome), KINDS[outcome], f"{type(exc).__name__}: {exc}"
     return other, "error", f"{type(exc).__name__}: {exc}"
 
 
-def run_guarded(body: Callable[[], int]) -> int:
-    """Run ``body`` (``exec``, ``check``); an error or Ctrl-C becomes one stderr line and its exit status.
+def interrupted(exc: KeyboardInterrupt, note: str = "") -> int:
+    """Say ``swe-sandbox: interrupted`` (or ``terminated by SIGTERM``) plus ``note`` on stderr.
 
     Returns:
-        int: ``body``'s exit status.
-
-    Raises:
-        typer.Exit: on a swe-sandbox error (2, 3 or 4) and on Ctrl-C / SIGTERM / SIGHUP (130, 143, 129).
+        int: 130, or 128 + N for a signal (``signals.interrupt_exit``).
     """
-    from swe_sandbox.errors import SweSandboxError
-
-    try:
-        return body()
-    except SweSandboxError as exc:
-        fail(*classify(exc, EXIT_SANDBOX_FAILED))
-    except KeyboardInterrupt as exc:
-        code, what = interrupt_exit(exc)
-        echo_err(f"swe-sandbox: {what}")
-        raise typer.Exit(code) from None
-    raise AssertionError("unreachable")  # pragma: no cover
+    code, what = interrupt_exit(exc)
+    echo_err(f"swe-sandbox: {what}{note}")
+    return code
 
 
-def guarded(body: Callable[[], int]) -> int:
-    """Run ``body`` (``run``, ``demo``, ``batch``, ``eval``, ``image pull``); a swe-sandbox error
-    becomes one stderr line (secrets masked) and its exit status (2, 3, 4, else 1).
+def guarded(body: Callable[[], int], *, other: int = EXIT_FAILED, folded: bool = False,
+            on_interrupt: str | None = None) -> int:
+    """Run ``body``; a swe-sandbox error or an interruption becomes one stderr line and its exit status.
+
+    Args:
+        body: the command; returns its exit status.
+        other (int): the status of an error whose outcome has none of its own (default 1; ``exec``: 4).
+        folded (bool): fold the message as ``fail`` does (``exec``, ``check``); default False:
+            secrets masked and lines joined with spaces (the agent's and the batch's commands).
+        on_interrupt (str | None): say this after ``interrupted`` on Ctrl-C (e.g. ``"; finished
+            instances are saved"``); None (default): Ctrl-C is not caught here, unless ``folded``.
 
     Returns:
         int: ``body``'s exit status, or the error's.
-    """
-    from swe_sandbox.errors import SweSandboxError
 
+    Raises:
+        typer.Exit: with ``folded``, on an error (``fail``).
+        KeyboardInterrupt: when ``on_interrupt`` is None and not ``folded``.
+    """
+    catch: tuple[type[BaseException], ...] = (KeyboardInterrupt,) if folded or on_interrupt is not None else ()
     try:
         return body()
     except SweSandboxError as exc:
-        code, kind, message = classify(exc, EXIT_FAILED)
+        code, kind, message = classify(exc, other)
+    except BatchAborted as exc:  # a second Ctrl-C of a batch: exit now, without waiting for its threads
+        if not catch:
+            raise
+        code, _ = interrupt_exit(exc)
+        echo_err(f"swe-sandbox: {exc}: exiting now; finished instances are saved, the rest run again on resume")
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(code)
+    except catch as exc:
+        return interrupted(exc, on_interrupt or "")  # type: ignore[arg-type]
+    if folded:
+        fail(code, kind, message)
     from swe_sandbox.redact import redact
     from swe_sandbox.terminal import for_stream
 
     text = " ".join(line.strip() for line in redact(str(message)).splitlines() if line.strip())
     typer.echo(for_stream(f"swe-sandbox: {kind}: {text}", sys.stderr), err=True)
     return code
+
+
+def run_guarded(body: Callable[[], int]) -> int:
+    """``guarded`` for ``exec`` and ``check``: an error is status 4 unless its outcome has its own,
+    its message folded (``fail``); Ctrl-C / SIGTERM / SIGHUP say so (130, 143, 129)."""
+    return guarded(body, other=EXIT_SANDBOX_FAILED, folded=True)

@@ -18,18 +18,13 @@ import typer
 
 from swe_sandbox.cli.display import make_cli_agent, progress_console, progress_console_stdout, show_summary, warn
 from swe_sandbox.cli.exit_codes import (
-    EXIT_BACKEND_UNAVAILABLE,
     EXIT_FAILED,
-    EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_SANDBOX_FAILED,
-    EXIT_USAGE,
-    signal_exit,
+    run_exit,
 )
-from swe_sandbox.cli.guard import guarded
+from swe_sandbox.cli.guard import guarded, interrupted
 from swe_sandbox.cli.prepare import DEFAULT_RUNS_DIR, default_output_path, read_task
 from swe_sandbox.cli.pull_display import show_pulls
-from swe_sandbox.cli.signals import echo_err, interrupt_exit
 from swe_sandbox.files import atomic_write_text
 from swe_sandbox.redact import redact
 from swe_sandbox.terminal import escape_controls
@@ -37,9 +32,10 @@ from swe_sandbox.terminal import escape_controls
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
 
+    from swe_sandbox.errors import Outcome
+
 #: ``run`` uses this backend unless ``--env`` or the config's ``environment.backend`` names another.
 DEFAULT_BACKEND = "bwrap"
-SANDBOX_FAILURES = {"SandboxError", "SandboxStartError", "SandboxDied", "ProtocolError"}
 
 RUN_HELP = f"""\
 Run the agent on a task in a sandbox; the outcome is its submission (e.g. a git diff).
@@ -75,32 +71,14 @@ applies to a fresh copy with `git apply` and Jinja2's doctests pass. Exit status
 app = typer.Typer()
 
 
-def exit_code(status: str) -> int:
-    """The process exit status for an agent exit status."""
-    if status == "Submitted":
-        return EXIT_OK
-    if status == "KeyboardInterrupt":
-        return EXIT_INTERRUPTED
-    if status in ("SIGTERM", "SIGHUP"):  # errors.Terminated
-        import signal
-
-        return signal_exit(getattr(signal, status))
-    if status == "BackendUnavailable":
-        return EXIT_BACKEND_UNAVAILABLE
-    if status in SANDBOX_FAILURES:
-        return EXIT_SANDBOX_FAILED
-    if status == "ConfigError":
-        return EXIT_USAGE
-    return EXIT_FAILED
-
-
 def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Path | None, output: Path,
-              console: Console, confirm: bool = False) -> tuple[str, str]:
+              console: Console, confirm: bool = False) -> tuple[str, str, Outcome | None]:
     """Build model, environment and agent from ``config``, run ``task``, save trajectory and submission.
 
     Returns:
-        tuple[str, str]: ``(exit_status, submission)``; the submission with secrets masked, exactly
-        as in the trajectory's ``info.submission`` (and the saved ``.submission.txt``).
+        tuple[str, str, Outcome | None]: ``(exit_status, submission, outcome)``; the submission
+        with secrets masked, exactly as in the trajectory's ``info.submission`` (and the saved
+        ``.submission.txt``); the outcome of the ending (``DefaultAgent.outcome``, as in ``info.outcome``).
 
     Raises:
         ConfigError, BackendUnavailable: before anything ran (a bad ``output`` path included).
@@ -121,7 +99,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         finally:
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
-    return status, finish_run(agent, status, submission, output, console)
+    return status, finish_run(agent, status, submission, output, console), agent.outcome
 
 
 def finish_run(agent: Any, status: str, submission: str, output: Path, console: Console) -> str:
@@ -132,9 +110,10 @@ def finish_run(agent: Any, status: str, submission: str, output: Path, console: 
     """
     from rich.text import Text
 
+    from swe_sandbox.agent.default import ExitStatus
     from swe_sandbox.preflight import submission_path
 
-    if status == "Submitted":
+    if status == ExitStatus.SUBMITTED:
         submission = agent.redacted()["info"]["submission"]  # the same text as the trajectory's
         atomic_write_text(submission_path(output), submission)
     elif agent.messages and agent.messages[-1].get("content"):
@@ -189,6 +168,7 @@ def run(
 
     def body() -> int:
         from swe_sandbox.agent.config import load_run_config
+        from swe_sandbox.agent.default import ExitStatus
 
         config = load_run_config(config_file, list(overrides or []))
         if model:
@@ -197,14 +177,12 @@ def run(
         path = output or default_output_path()
         console = progress_console()
         try:
-            status, submission = run_agent(config, text, str(env_spec), workspace=workspace, output=path,
-                                           console=console, confirm=confirm)
+            status, submission, outcome = run_agent(config, text, str(env_spec), workspace=workspace,
+                                                    output=path, console=console, confirm=confirm)
         except KeyboardInterrupt as exc:
-            code, what = interrupt_exit(exc)
-            echo_err(f"swe-sandbox: {what}; trajectory saved to {path}")
-            return code
+            return interrupted(exc, f"; trajectory saved to {path}")
         show_summary(progress_console_stdout(), status, submission, path)
-        return exit_code(status)
+        return run_exit(status == ExitStatus.SUBMITTED, outcome)
 
     raise typer.Exit(guarded(body))
 
@@ -232,6 +210,7 @@ def replay_demo(backend: str, workdir: Path, output: Path | None, console: Conso
     """
     from swe_sandbox.agent import demo as demo_task
     from swe_sandbox.agent.config import load_run_config
+    from swe_sandbox.agent.default import ExitStatus
 
     out = progress_console_stdout()
     repo = demo_task.make_repo(workdir / "jinja2")
@@ -243,10 +222,10 @@ def replay_demo(backend: str, workdir: Path, output: Path | None, console: Conso
     config = load_run_config(None, [])
     config["model"] = {"model_class": "replay", "trajectory": str(demo_task.TRAJECTORY)}
     path = output or workdir / "demo.traj.json"
-    status, submission = run_agent(config, demo_task.task_text(), backend, workspace=repo, output=path,
-                                   console=console)
+    status, submission, _ = run_agent(config, demo_task.task_text(), backend, workspace=repo, output=path,
+                                      console=console)
     show_summary(out, status, submission, path)
-    if status != "Submitted":
+    if status != ExitStatus.SUBMITTED:
         return EXIT_FAILED
     verdict = demo_task.verify_submission(submission, workdir / "verify")
     out.print(verdict.output.rstrip(), highlight=False, markup=False)
@@ -277,10 +256,8 @@ def demo(
         workdir = Path(tempfile.mkdtemp(prefix="swe-sandbox-demo-"))
         try:
             return replay_demo(backend, workdir, output, console)
-        except KeyboardInterrupt as exc:
-            code, what = interrupt_exit(exc)
-            echo_err(f"swe-sandbox: {what}")
-            return code
+        except KeyboardInterrupt as exc:  # said before the clean-up below says what it kept
+            return interrupted(exc)
         except RuntimeError as exc:  # git failed, or this Jinja2 has no line to inject the bug into
             typer.echo(f"swe-sandbox: demo: {exc}", err=True)
             return EXIT_FAILED

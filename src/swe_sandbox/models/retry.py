@@ -39,10 +39,6 @@ from swe_sandbox.redact import redact
 
 logger = logging.getLogger("swe_sandbox.models")
 T = TypeVar("T")
-NON_RETRYABLE_NAMES = (
-    "AuthenticationError", "NotFoundError", "PermissionDeniedError", "BadRequestError",
-    "UnsupportedParamsError", "ContextWindowExceededError", "UnprocessableEntityError",
-)
 NON_RETRYABLE_STATUS = (400, 401, 403, 404, 422)
 #: Statuses retried whatever the message says (a rate limit's message may mention the API key).
 ALWAYS_RETRYABLE_STATUS = (408, 429)
@@ -86,20 +82,28 @@ def provider_errors() -> tuple[type[BaseException], ...]:
 
 @functools.cache
 def non_retryable_errors() -> tuple[type[BaseException], ...]:
-    """litellm's and openai's classes named in ``NON_RETRYABLE_NAMES`` (subclasses included)."""
-    import litellm
+    """Provider failures that no retry can fix: authentication, not found, permission denied,
+    bad request, unprocessable entity. openai's classes; litellm's derive from them
+    (``litellm.ContextWindowExceededError`` and ``UnsupportedParamsError`` from ``BadRequestError``)."""
     import openai
 
-    return tuple(getattr(mod, name) for mod in (litellm, openai) for name in NON_RETRYABLE_NAMES
-                 if isinstance(getattr(mod, name, None), type))
+    return (openai.AuthenticationError, openai.NotFoundError, openai.PermissionDeniedError, openai.BadRequestError,
+            openai.UnprocessableEntityError)
+
+
+@functools.cache
+def always_retryable_errors() -> tuple[type[BaseException], ...]:
+    """Rate limits and timeouts: retried whatever the message says (``litellm.RateLimitError`` and
+    ``litellm.Timeout`` derive from these openai classes)."""
+    import openai
+
+    return (openai.RateLimitError, openai.APITimeoutError, TimeoutError)
 
 
 def is_credentials_error(exc: BaseException) -> bool:
     """True when the message of ``exc`` says the credentials are missing or wrong
     (``CREDENTIALS_ERROR_RE``), unless it is a rate limit or a timeout (HTTP 429 / 408)."""
-    if getattr(exc, "status_code", None) in ALWAYS_RETRYABLE_STATUS or isinstance(exc, TimeoutError):
-        return False
-    if type(exc).__name__ in ("RateLimitError", "Timeout", "APITimeoutError"):
+    if getattr(exc, "status_code", None) in ALWAYS_RETRYABLE_STATUS or isinstance(exc, always_retryable_errors()):
         return False
     return bool(CREDENTIALS_ERROR_RE.search(str(getattr(exc, "message", None) or exc or "")))
 
@@ -176,13 +180,15 @@ def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iter
     Raises:
         ModelError: a provider failure that is not retryable, or still failing when the attempts or
             the total time ran out; the message names the class and the provider's message;
-            ``interrupted`` set before an attempt or during a wait (``INTERRUPTED_MESSAGE``).
+            ``interrupted`` set before an attempt or during a wait (``INTERRUPTED_MESSAGE``,
+            ``ModelError.interrupted``). ``ModelError.gave_up`` is set when the failure was
+            retryable and the budget ran out (an infrastructure outcome, run again by a batch).
         KeyboardInterrupt: at once. Any other exception of ``fn`` (a bug) propagates unchanged.
     """
     import tenacity
 
     if interrupted is not None and interrupted.is_set():
-        raise ModelError(INTERRUPTED_MESSAGE)
+        raise ModelError(INTERRUPTED_MESSAGE, interrupted=True)
     secrets = list(secrets)
     retrying = tenacity.Retrying(
         stop=tenacity.stop_after_attempt(config.max_attempts) | tenacity.stop_before_delay(config.max_total_s),
@@ -196,10 +202,11 @@ def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iter
     try:
         return retrying(fn)
     except _Interrupted:
-        raise ModelError(INTERRUPTED_MESSAGE) from None
+        raise ModelError(INTERRUPTED_MESSAGE, interrupted=True) from None
     except provider_errors() as exc:
         attempts = retrying.statistics.get("attempt_number", 1)
-        raise ModelError(redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)) from None
+        message = redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)
+        raise ModelError(message, gave_up=is_retryable(exc)) from None
 
 
 class _Interrupted(Exception):
