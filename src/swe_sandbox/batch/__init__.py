@@ -15,8 +15,10 @@ Importing this package imports nothing else; names load on first use.
 module                   what
 =======================  ======================================================================
 ``tasks``                task files and datasets (JSONL, JSON, Parquet, SWE-bench's shapes)
+``jsonfiles``            the JSON readers under task and predictions files
 ``predictions``          predictions files (``preds.json``, JSONL)
-``images``               the images tasks name, their templates and pulls
+``selection``            which tasks a run takes (``--filter``, ``--slice``, ``--shuffle``)
+``images``, ``pulls``    the images tasks name, their templates; pulling them ahead of a run
 ``sandbox``              a task's sandbox: its config, workspace and ``setup_command``
 ``rollouts``             one rollout: the agent to an exit status, then evaluation (a value)
 ``evaluation``           one evaluation: the patch checked, applied, tested and graded
