@@ -30,16 +30,22 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from swe_sandbox.agent.observation import OBSERVATION_LIMIT, TRAJECTORY_OUTPUT_LIMIT, bounded
+from swe_sandbox.config import validate
 from swe_sandbox.errors import (
     FormatError,
     InterruptAgentFlow,
     LimitsExceeded,
     Outcome,
     Submitted,
+    Terminated,
     TimeExceeded,
     outcome_of,
 )
 from swe_sandbox.protocols import Environment, Model
+from swe_sandbox.redact import find_secrets, redact
+from swe_sandbox.templates import render_template
+from swe_sandbox.trajectory import TRAJECTORY_FORMAT, recursive_merge, write_trajectory
+from swe_sandbox.version import __version__
 
 logger = logging.getLogger("swe_sandbox.agent")
 
@@ -161,7 +167,6 @@ class DefaultAgent:
     """
 
     def __init__(self, model: Model, env: Environment, **config: Any):
-        from swe_sandbox.config import validate
 
         self.config: AgentConfig = validate(AgentConfig, config, section="agent")
         self.model: Model = model
@@ -223,7 +228,6 @@ class DefaultAgent:
         Raises:
             ConfigError: the template is invalid or uses an unknown variable (the message says which).
         """
-        from swe_sandbox.templates import render_template
 
         return render_template(template, self.get_template_vars(**kwargs), where="agent template",
                                keep_trailing_newline=False)
@@ -299,7 +303,6 @@ class DefaultAgent:
     def _interrupt_exit(self, exc: KeyboardInterrupt) -> dict[str, Any]:
         """The exit message of Ctrl-C (``KeyboardInterrupt``) or of a termination signal
         (``errors.Terminated``: the exit status is the signal's name, e.g. ``SIGTERM``)."""
-        from swe_sandbox.errors import Terminated
 
         self._failure_outcome, self.failure = Outcome.INTERRUPTED, exc
         if isinstance(exc, Terminated):
@@ -307,7 +310,6 @@ class DefaultAgent:
         return exit_message(KEYBOARD_INTERRUPT, "Interrupted by the user (Ctrl-C).")
 
     def _failure_exit(self, exc: Exception) -> dict[str, Any]:
-        from swe_sandbox.redact import redact
 
         logger.warning("agent stopped by %s: %s", type(exc).__name__, redact(str(exc), self.known_secrets()))
         self._failure_outcome, self.failure = outcome_of(exc), exc
@@ -480,8 +482,6 @@ class DefaultAgent:
     # -- saving ------------------------------------------------------------------------------
     def serialize(self) -> dict[str, Any]:
         """The trajectory as a JSON-ready dict (mini-swe-agent's ``mini-swe-agent-1.1`` format)."""
-        from swe_sandbox.trajectory import TRAJECTORY_FORMAT, recursive_merge
-        from swe_sandbox.version import __version__
 
         extra = self._exit_extra()
         agent_data = {
@@ -504,7 +504,6 @@ class DefaultAgent:
         """Secret values of the model's and the environment's configs: those under secret-looking
         keys (``model_kwargs.api_key``, ``env.GITHUB_TOKEN``...) and credentials in URLs
         (``api_base``). They are masked in the saved trajectory, besides what ``redact`` finds itself."""
-        from swe_sandbox.redact import find_secrets
 
         found: set[str] = set()
         for part in (self.model, self.env):
@@ -518,14 +517,12 @@ class DefaultAgent:
 
     def redacted(self) -> dict[str, Any]:
         """The trajectory exactly as ``save`` writes it: ``serialize()`` with every secret masked."""
-        from swe_sandbox.redact import redact
 
         return redact(self.serialize(), self.known_secrets())
 
     def save(self, path: str | Path | None = None) -> dict[str, Any]:
         """Write the trajectory to ``path`` (default ``config.output_path``) atomically; return it
         (unredacted; the file has the secrets masked, see ``redacted``)."""
-        from swe_sandbox.trajectory import write_trajectory
 
         data = self.serialize()
         path = path or self.config.output_path

@@ -51,7 +51,8 @@ from swe_sandbox.batch.integrity import outcomes, patch_policy, protected
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
 from swe_sandbox.batch.swebench_instances import PYTEST_LOG_PARSERS
-from swe_sandbox.errors import ConnectionLost, EvaluationStepFailed, SandboxDied
+from swe_sandbox.errors import BackendUnavailable, ConnectionLost, EvaluationStepFailed, SandboxDied, SandboxError
+from swe_sandbox.files import atomic_write_text, to_json
 
 if TYPE_CHECKING:  # pragma: no cover
     from pathlib import Path
@@ -168,7 +169,6 @@ def evaluate(task: Task, patch: str | None, env_config: dict[str, Any], *,
 def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout: float,
               cancel: Cancellation | None, policy: str) -> EvalResult:
     from swe_sandbox.batch.sandbox import SetupFailed, eval_env_config, task_sandbox
-    from swe_sandbox.errors import BackendUnavailable, SandboxError
 
     if patch is None or not patch.strip():
         report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
@@ -451,7 +451,6 @@ def write_eval_files(result: EvalResult, directory: Path) -> None:
     unresolved), ``report.json`` into ``directory`` (created), each atomically. SWE-bench's names
     and rule: an instance without ``report.json`` (patch failed, timeout, error) is an error.
     A stale ``report.json`` of an earlier evaluation is removed."""
-    from swe_sandbox.files import atomic_write_text, to_json
 
     atomic_write_text(directory / "patch.diff", result.patch or "")
     atomic_write_text(directory / "test_output.txt", result.log)

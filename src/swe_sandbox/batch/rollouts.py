@@ -14,9 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from swe_sandbox.agent.default import ExitStatus
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
-from swe_sandbox.errors import ConnectionLost, Outcome, SandboxDied, outcome_of
+from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, ExitStatus, exit_message
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside, evaluate
+from swe_sandbox.batch.images import pull_reporter
+from swe_sandbox.batch.sandbox import task_sandbox
+from swe_sandbox.environments import environment_class
+from swe_sandbox.environments.container.pulling import report_pulls
+from swe_sandbox.errors import ConnectionLost, LimitsExceeded, Outcome, SandboxDied, outcome_of
+from swe_sandbox.models import get_model
+from swe_sandbox.redact import redact
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
@@ -103,8 +109,6 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
     Returns:
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
     """
-    from swe_sandbox.batch.images import pull_reporter
-    from swe_sandbox.environments.container.pulling import report_pulls
 
     started, wall = time.monotonic(), time.time()
     report = progress or (lambda *a, **k: None)
@@ -121,7 +125,6 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
 
 def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
               cancel: Cancellation | None, timeout: float, grading: str = STRICT) -> None:
-    from swe_sandbox.batch.evaluation import evaluate
 
     try:
         result.evaluation = evaluate(task, result.submission, env_config, timeout=timeout, cancel=cancel,
@@ -164,8 +167,6 @@ def model_config_for(task: Task, model: dict[str, Any]) -> dict[str, Any]:
 def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any],
                trajectory_path: str | Path | None, cancel: Cancellation | None,
                budget: CostBudget | None, report: Progress) -> RolloutResult:
-    from swe_sandbox.batch.sandbox import task_sandbox
-    from swe_sandbox.models import get_model
 
     backend = str(env_config.get("backend", ""))
     agent = None
@@ -213,7 +214,6 @@ def died_outcome(exc: SandboxDied, env_config: dict[str, Any]) -> Outcome:
     """A sandbox's death in a batch: ``sandbox`` (infrastructure, run again) when it died outside
     (``evaluation.died_outside``: the ssh link lost, or its engine no longer answers); any other
     death is what the agent ran in it (out of memory, its runner killed from inside): ``agent``, done."""
-    from swe_sandbox.environments import environment_class
 
     backend = environment_class(str(env_config.get("backend", "")))
     return Outcome.SANDBOX if died_outside(exc, backend) else Outcome.AGENT
@@ -226,7 +226,6 @@ def _exit_text(agent: Any) -> str:
 
 def _result(task: Task, agent: Any, backend: str, status: str, outcome: Outcome, error: str) -> RolloutResult:
     """The result of a finished (or failed) agent run, from what ``agent`` holds (None: never built)."""
-    from swe_sandbox.redact import redact
 
     done = outcome.done
     error = redact(error, agent.known_secrets() if agent is not None else ())
@@ -246,8 +245,6 @@ def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: Cancella
     """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
     the batch's ``budget`` (``LimitsExceeded``), and reports each step (and the command it is about
     to run) to ``progress``."""
-    from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, exit_message
-    from swe_sandbox.errors import LimitsExceeded
 
     report = progress or (lambda *a, **k: None)
 

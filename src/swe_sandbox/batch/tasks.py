@@ -21,8 +21,10 @@ from typing import Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from swe_sandbox.batch.grading import EXIT_STATUS_PARSER, LOG_PARSERS
 from swe_sandbox.batch.jsonfiles import jsonl_items, parse_json
 from swe_sandbox.batch.records import RUN_FILES
+from swe_sandbox.batch.swebench_registry import CONTAINER_WORKDIR, missing_script_message, parser_names
 from swe_sandbox.errors import TaskFileError
 
 #: Longest ``instance_id`` (it becomes a directory and file name).
@@ -129,11 +131,9 @@ class Task(BaseModel):
     @field_validator("log_parser")
     @classmethod
     def _known_parser(cls, value: str) -> str:
-        from swe_sandbox.batch.grading import LOG_PARSERS
 
         if value in LOG_PARSERS:
             return value
-        from swe_sandbox.batch.swebench_registry import parser_names
 
         try:
             names = parser_names(f"log_parser {value!r}")
@@ -146,7 +146,6 @@ class Task(BaseModel):
 
     @model_validator(mode="after")
     def _parser_fits_tests(self) -> Task:
-        from swe_sandbox.batch.grading import EXIT_STATUS_PARSER
 
         if self.log_parser == EXIT_STATUS_PARSER and (self.FAIL_TO_PASS or self.PASS_TO_PASS):
             raise ValueError("log_parser exit_status reads no test names: leave FAIL_TO_PASS and "
@@ -166,7 +165,6 @@ class Task(BaseModel):
                              "supported yet: graded without them, the instance would fail in silence")
         if self.eval_command.strip() or self.eval_script.strip() or not self.has_tests:
             return self._default_workdir()
-        from swe_sandbox.batch.swebench_registry import missing_script_message
 
         extra = self.model_extra or {}
         raise ValueError(missing_script_message(str(extra.get("repo") or ""), str(extra.get("version") or "")))
@@ -174,7 +172,6 @@ class Task(BaseModel):
     def _default_workdir(self) -> Task:
         """An ``eval_script`` task without ``cwd`` works where the harness does (``/testbed``)."""
         if self.eval_script.strip() and not self.cwd:
-            from swe_sandbox.batch.swebench_registry import CONTAINER_WORKDIR
 
             self.cwd = CONTAINER_WORKDIR
         return self
@@ -182,7 +179,6 @@ class Task(BaseModel):
     @property
     def graded_by_swebench(self) -> bool:
         """Whether the ``swebench`` package grades this task (a parser of its registry)."""
-        from swe_sandbox.batch.grading import LOG_PARSERS
 
         return self.log_parser not in LOG_PARSERS
 
