@@ -115,3 +115,14 @@ def fsync_dir(directory: str | os.PathLike[str]) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSON Lines text: each ends at ``\n`` alone (a ``\r`` before it is dropped).
+
+    Not ``str.splitlines``: that also ends a line at U+2028, U+2029, U+0085 and other characters a
+    JSON string may hold raw (``model_dump_json`` and ``json.dumps(..., ensure_ascii=False)`` write
+    them so), which would cut one valid line in two invalid halves (JSON Lines: jsonlines.org).
+    """
+    return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+

@@ -30,7 +30,7 @@ from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task
 from swe_sandbox.batch.work import ReevaluationWork, RolloutWork, WorkUnit, trajectory_path
 from swe_sandbox.config import load_environment_config, validate
-from swe_sandbox.errors import Outcome
+from swe_sandbox.errors import BackendUnavailable, Outcome
 from swe_sandbox.files import atomic_write_text, to_json
 from swe_sandbox.models import warm_up
 
@@ -75,13 +75,20 @@ class BatchRun:
         """Write one finished attempt: ``preds.json`` and eval files, then its ``results.jsonl``
         line. An instance out of attempts gets an empty prediction (SWE-bench counts it as an
         empty patch, as mini-swe-agent writes one). An interrupted rollout is not an attempt
-        (it runs again on resume). Returns the instance's next unit, if it needs one."""
+        (it runs again on resume). Returns the instance's next unit, if it needs one.
+
+        Raises:
+            BackendUnavailable: on this host's threads, a unit found the backend unusable here
+                (nothing is recorded: no attempt is spent on what no instance can do)."""
         instance_id = result.instance_id
         if result.trajectory is not None:  # from a Ray worker: written here, first (see records)
             atomic_write_text(trajectory_path(self.dir, instance_id), result.trajectory)
         if result.outcome is Outcome.INTERRUPTED:
             self.progress.finished(None, result)
             return None
+        if result.outcome is Outcome.BACKEND and self.options.executor == "threads":
+            # every unit of this run needs this host's backend: stop, as `run` does, and spend no attempt
+            raise BackendUnavailable(result.error)
         model_name = result.model_name or str(self.run_config["model"].get("model_name") or "unknown")
         if result.done:
             self.preds.put(instance_id, result.submission, model_name)
@@ -118,7 +125,7 @@ class BatchRun:
             patch_lines=len(result.submission.splitlines()),
             eval_status=evaluation.status if evaluation else None,
             resolved=evaluation.resolved if evaluation else None,
-            reward=evaluation.reward if evaluation else None,
+            reward=evaluation.reward if evaluation and not evaluation.infra_failure else None,  # no verdict: no reward
             patch_sha256=evaluation.patch_sha256 if evaluation else None,
             grading=evaluation.grading if evaluation else None)
 

@@ -48,6 +48,8 @@ def drive(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudg
         BatchAborted: a second Ctrl-C while that happened, or units still busy after
             ``CANCEL_GRACE_S``: nothing more is awaited (the caller should exit at once, e.g.
             ``os._exit``; sandboxes end with the process).
+        Exception: what ``plan.commit`` raised to stop the run (e.g. ``BackendUnavailable``): the
+            units under way were cancelled first.
     """
     queue = deque(plan.pending())
     running: dict[cf.Future[RolloutResult], WorkUnit] = {}
@@ -67,6 +69,9 @@ def drive(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudg
         except cf.TimeoutError:
             wait = False
             raise BatchAborted(f"rollouts still busy {CANCEL_GRACE_S:g} s after the interrupt") from None
+        raise
+    except Exception:  # a plan that stops the run (BackendUnavailable): the units under way stop too
+        cancel.cancel()
         raise
     finally:
         executor.shutdown(wait=wait, cancel_futures=True)

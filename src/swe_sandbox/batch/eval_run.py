@@ -86,7 +86,8 @@ class EvalRun:
             exit_status=EVALUATED, done=result.done, error=evaluation.error,
             duration_s=round(evaluation.duration_s, 3), backend=str(self.env_config.get("backend", "")),
             started_at=result.started_at, finished_at=time.time(), patch_lines=len(result.submission.splitlines()),
-            eval_status=evaluation.status, resolved=evaluation.resolved, reward=evaluation.reward,
+            eval_status=evaluation.status, resolved=evaluation.resolved,
+            reward=None if evaluation.infra_failure else evaluation.reward,  # no verdict: no reward
             patch_sha256=evaluation.patch_sha256, grading=evaluation.grading, generation=self.generation)
         if result.ray_node:
             record.node, record.ray_node = result.node or record.node, result.ray_node

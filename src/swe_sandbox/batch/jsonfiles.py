@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from swe_sandbox.errors import TaskFileError
+from swe_sandbox.files import jsonl_lines
 
 
 def jsonl_items(text: str, path: Path) -> list[tuple[int, Any]]:
     """``(line number, object)`` of each non-blank line; ``TaskFileError`` names a line that is not JSON."""
     items = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(jsonl_lines(text), 1):
         if not line.strip():
             continue
         try:

@@ -111,7 +111,7 @@ class LineProgress(Tally):
 
     def __init__(self, stream: TextIO | None = None) -> None:
         super().__init__()
-        self.stream = stream or sys.stderr
+        self.stream: TextIO | None = stream or sys.stderr
 
     def started(self, *, total: int, pending: int, finished: list[AttemptRecord]) -> None:
         super().started(total=total, pending=pending, finished=finished)
@@ -130,5 +130,12 @@ class LineProgress(Tally):
                     f"  [{self.headline()}]")
 
     def _print(self, line: str) -> None:
+        """Print ``line``; once the stream fails (a closed pipe: ``| head``), print nothing more: a
+        display failure never stops the batch."""
         with self.lock:
-            print(escape_controls(line), file=self.stream, flush=True)
+            if self.stream is None:
+                return
+            try:
+                print(escape_controls(line), file=self.stream, flush=True)
+            except (OSError, ValueError):  # EPIPE, a closed file
+                self.stream = None

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from swe_sandbox.errors import Outcome
-from swe_sandbox.files import append_bytes, atomic_write_text, to_json
+from swe_sandbox.files import append_bytes, atomic_write_text, jsonl_lines, to_json
 
 RESULTS_FILE = "results.jsonl"
 PREDS_FILE = "preds.json"
@@ -136,7 +136,7 @@ class ResultsLog:
         except FileNotFoundError:
             return []
         records = []
-        for line in text.splitlines():
+        for line in jsonl_lines(text):
             try:
                 records.append(AttemptRecord.model_validate_json(line))
             except ValidationError:

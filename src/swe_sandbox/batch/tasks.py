@@ -29,8 +29,12 @@ from swe_sandbox.errors import TaskFileError
 
 #: Longest ``instance_id`` (it becomes a directory and file name).
 MAX_ID_LENGTH = 200
-#: Characters an ``instance_id`` may not hold (it becomes a file name).
-UNSAFE_ID = re.compile(r"[/\\\x00-\x1f]")
+#: Longest ``instance_id`` in UTF-8 bytes: ``<id>.submission.txt`` must fit a file name (255 bytes on Linux).
+MAX_ID_BYTES = 230
+#: Characters an ``instance_id`` may not hold (it becomes a file name and a line of the run's files):
+#: separators, C0 and C1 controls and DEL, line and paragraph separators, bidirectional overrides
+#: and isolates (they reorder what a terminal shows), lone surrogates.
+UNSAFE_ID = re.compile("[/\\\\\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 #: The option that lets a task's ``workspace`` lie outside its task file's directory.
 WORKSPACE_OUTSIDE_OPTION = "--allow-workspace-outside"
 
@@ -94,10 +98,10 @@ class Task(BaseModel):
     @field_validator("instance_id")
     @classmethod
     def _safe_id(cls, value: str) -> str:
-        if not value or len(value) > MAX_ID_LENGTH:
-            raise ValueError(f"must be 1 to {MAX_ID_LENGTH} characters")
+        if not value or len(value) > MAX_ID_LENGTH or len(value.encode("utf-8", "surrogatepass")) > MAX_ID_BYTES:
+            raise ValueError(f"must be 1 to {MAX_ID_LENGTH} characters, at most {MAX_ID_BYTES} bytes in UTF-8")
         if UNSAFE_ID.search(value) or value.startswith("."):
-            raise ValueError(f"{value!r} is not a safe file name (no '/', '\\', control characters, "
+            raise ValueError(f"{value!r} is not a safe file name (no '/', '\\', control, line-separator or bidi characters, "
                              "no leading '.')")
         if value.casefold() in {name.casefold() for name in RUN_FILES}:
             raise ValueError(f"{value!r} is the name of one of the run's own files ({', '.join(RUN_FILES)})")
