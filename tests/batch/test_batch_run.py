@@ -12,6 +12,7 @@ from batch_fixtures import FIX, SUBMIT, bwrap_ok, calc_repo, calc_task, run_conf
 
 from swe_sandbox.batch import Cancellation, load_tasks, rollout, run_batch
 from swe_sandbox.batch.records import ResultsLog
+from swe_sandbox.errors import BackendUnavailable
 
 pytestmark = [pytest.mark.bwrap, pytest.mark.usefixtures("bwrap_ok")]
 
@@ -47,17 +48,17 @@ def test_batch_writes_the_directory_and_resumes(calc_repo, tmp_path):
     assert (out / "results.jsonl").read_text() == before
 
 
-def test_a_sandbox_that_does_not_start_is_retried_then_an_error(calc_repo, tmp_path):
+def test_a_backend_unusable_here_stops_the_run_and_spends_no_attempt(calc_repo, tmp_path):
+    """Every instance needs this host's backend: the first one that finds it unusable stops the run
+    (``BackendUnavailable``, exit 3 on the command line), nothing is recorded; once it is usable, the
+    run goes on as if it had never been tried (it used to spend every attempt, then write empty patches)."""
     tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task("broken", calc_repo)]))
     env = {"backend": "bwrap", "start_timeout": 5, "env": {}, "bwrap_path": "/nonexistent/bwrap"}
-    out = run_batch(tasks, tmp_path / "out", run_config=run_config([SUBMIT]), env_config=env, max_attempts=2)
-    records = ResultsLog(out / "results.jsonl").read()
-    assert [(r.attempt, r.done) for r in records] == [(1, False), (2, False)]
-    assert records[0].exit_status == "BackendUnavailable" and records[0].error
-    # out of attempts: an empty prediction, as SWE-bench counts an instance that produced nothing
-    assert json.loads((out / "preds.json").read_text())["broken"]["model_patch"] == ""
-    run_batch(tasks, out, run_config=run_config([FIX, SUBMIT]), env_config="bwrap", max_attempts=3)  # one more try
-    assert [(r.attempt, r.done) for r in ResultsLog(out / "results.jsonl").read()][-1] == (3, True)
+    with pytest.raises(BackendUnavailable, match="/nonexistent/bwrap"):
+        run_batch(tasks, tmp_path / "out", run_config=run_config([SUBMIT]), env_config=env, max_attempts=2)
+    assert ResultsLog(tmp_path / "out" / "results.jsonl").read() == []
+    out = run_batch(tasks, tmp_path / "out", run_config=run_config([FIX, SUBMIT]), env_config="bwrap", max_attempts=2)
+    assert [(r.attempt, r.done) for r in ResultsLog(out / "results.jsonl").read()] == [(1, True)]
     assert json.loads((out / "preds.json").read_text())["broken"]["model_patch"].startswith("diff --git")
 
 

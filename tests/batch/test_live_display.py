@@ -22,7 +22,9 @@ from batch_fixtures import bwrap_ok, write_tasks  # noqa: F401 - fixture
 
 #: Ids that are rich markup (no '/': an id is a file name), a link, and a C1 CSI (U+009B, which
 #: some terminals honour).
-HOSTILE_IDS = ["a[bold]b", "[bold red]x", "c\u009b2Jz", "d[link=file:etc]e"]
+#: (An id holding a C1 control is refused at load: tests/unit/test_hostile_text.py; one a results file holds is
+#: shown escaped by `report`: tests/unit/test_output_files.py. Here the commands carry one.)
+HOSTILE_IDS = ["a[bold]b", "[bold red]x", "c[i]2Jz", "d[link=file:etc]e"]
 #: Commands that look like markup, or carry a CSI, all shown as the running instances' last command.
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"  # no repository here: the submission is empty
 COMMANDS = ["sed 's/[/]/_/' /dev/null; sleep 1.2", "echo '[/bold]' '[red]'; : '\u009b31m'; sleep 1.2"]
@@ -73,7 +75,7 @@ def test_markup_looking_commands_and_hostile_ids_on_a_terminal(tmp_path: Path, b
     assert sorted(r["instance_id"] for r in records) == sorted(HOSTILE_IDS)  # every instance recorded
     assert all(r["done"] and r["exit_status"] == "Submitted" for r in records), records
     assert "a[bold]b" in text and "[bold red]x" in text and "d[link=file:etc]e" in text and "sed 's/[/]/_/'" in text  # shown as text
-    assert "\u009b" not in text and "c\\x9b2Jz" in text  # the C1 CSI escaped, visible
+    assert "\u009b" not in text and "c[i]2Jz" in text  # the C1 CSI of the commands never reaches the terminal
     assert "live display failed" not in text and "display error" not in text
     assert "exit status: Submitted 4" in text
 

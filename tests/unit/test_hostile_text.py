@@ -109,3 +109,21 @@ def test_a_backend_unusable_here_stops_the_batch_with_3_and_spends_no_attempt(tm
         assert "backend unavailable" in done.stderr and "/nonexistent/bwrap" in done.stderr
         assert ResultsLog(out / "results.jsonl").read() == []
     assert not Path(out / "preds.json").exists() or json.loads((out / "preds.json").read_text()) == {}
+
+
+def test_a_symlink_or_a_file_planted_as_an_instance_directory_is_refused(tmp_path):
+    from swe_sandbox.batch.records import instance_directory
+    from swe_sandbox.errors import ConfigError
+
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / "b").symlink_to(elsewhere)
+    (out / "c").mkdir()
+    (out / "c" / "eval").symlink_to(elsewhere)
+    (out / "d").write_text("a file")
+    for instance_id, parts in (("b", ()), ("c", ("eval",)), ("d", ())):
+        with pytest.raises(ConfigError, match="not a directory of the run"):
+            instance_directory(out, instance_id, *parts)
+    assert instance_directory(out, "a", "eval") == out / "a" / "eval" and (out / "a" / "eval").is_dir()
+    assert list(elsewhere.iterdir()) == []

@@ -56,6 +56,7 @@ class BatchRun:
         """What ``instance_id`` needs now: a rollout, an evaluation of its kept patch, or nothing."""
         task, env, options = self.tasks[instance_id], self.env_config, self.options
         if self.state.should_run(instance_id, options.max_attempts):
+            rec.instance_directory(self.dir, instance_id)  # where its trajectory goes
             return RolloutWork(task=task, env_config=env, options=options, run_config=self.run_config)
         if options.evaluate and self.state.should_evaluate(instance_id, options.max_attempts):
             previous = self.final[instance_id]
@@ -82,6 +83,7 @@ class BatchRun:
                 (nothing is recorded: no attempt is spent on what no instance can do)."""
         instance_id = result.instance_id
         if result.trajectory is not None:  # from a Ray worker: written here, first (see records)
+            rec.instance_directory(self.dir, instance_id)
             atomic_write_text(trajectory_path(self.dir, instance_id), result.trajectory)
         if result.outcome is Outcome.INTERRUPTED:
             self.progress.finished(None, result)
@@ -93,7 +95,7 @@ class BatchRun:
         if result.done:
             self.preds.put(instance_id, result.submission, model_name)
             if result.evaluation is not None and not result.evaluation.infra_failure:
-                write_eval_files(result.evaluation, self.dir / instance_id / rec.EVAL_DIR)
+                write_eval_files(result.evaluation, rec.instance_directory(self.dir, instance_id, rec.EVAL_DIR))
         record = self._record(result)
         self.results.append(record)
         self._advance(record)

@@ -80,7 +80,7 @@ class EvalRun:
         if result.outcome is Outcome.INTERRUPTED or evaluation is None:
             return None
         if not evaluation.infra_failure:
-            write_eval_files(evaluation, self.dir / result.instance_id / rec.EVAL_DIR)
+            write_eval_files(evaluation, rec.instance_directory(self.dir, result.instance_id, rec.EVAL_DIR))
         record = rec.AttemptRecord(
             instance_id=result.instance_id, attempt=self.state.next_attempt(result.instance_id),
             exit_status=EVALUATED, done=result.done, error=evaluation.error,

@@ -18,9 +18,11 @@ whose ``preds.json`` entry and trajectory are then replaced, so each instance en
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from swe_sandbox.errors import Outcome
+from swe_sandbox.errors import ConfigError, Outcome
 from swe_sandbox.files import append_bytes, atomic_write_text, jsonl_lines, to_json
 
 RESULTS_FILE = "results.jsonl"
@@ -106,8 +108,6 @@ def output_directory(path: str | os.PathLike[str]) -> Path:
         ConfigError: it cannot be made (names the cause), is not writable, or belongs to another
             user (names the owner).
     """
-    from swe_sandbox.errors import ConfigError
-
     directory = Path(path)
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -120,6 +120,29 @@ def output_directory(path: str | os.PathLike[str]) -> Path:
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"--output: the directory {directory} is not writable")
     return directory
+
+
+def instance_directory(output_dir: Path, instance_id: str, *parts: str) -> Path:
+    """``output_dir/<instance_id>[/parts...]``, each level made if missing, and each a real
+    directory of this process's user: a symlink or another user's directory planted there
+    (a shared output directory) would take the instance's files elsewhere.
+
+    Raises:
+        ConfigError: a level is a symlink, not a directory, or another user's (names it).
+    """
+    path = output_dir
+    for name in (instance_id, *parts):
+        path = path / name
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o755)
+        found = os.lstat(path)
+        if stat.S_ISLNK(found.st_mode) or not stat.S_ISDIR(found.st_mode):
+            raise ConfigError(f"--output: {path} is not a directory of the run (a symlink or a file): "
+                              "remove it, or give another directory")
+        if found.st_uid != os.geteuid():
+            raise ConfigError(f"--output: {path} belongs to another user (uid {found.st_uid}): "
+                              "remove it, or give a directory of your own")
+    return path
 
 
 class ResultsLog:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, ExitStatus, exit_message
-from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside, evaluate
+from swe_sandbox.batch import evaluation
+from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
 from swe_sandbox.batch.images import pull_reporter
 from swe_sandbox.batch.sandbox import task_sandbox
 from swe_sandbox.environments import environment_class
@@ -125,10 +126,9 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
 
 def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
               cancel: Cancellation | None, timeout: float, grading: str = STRICT) -> None:
-
     try:
-        result.evaluation = evaluate(task, result.submission, env_config, timeout=timeout, cancel=cancel,
-                                     grading_policy=grading)
+        result.evaluation = evaluation.evaluate(task, result.submission, env_config, timeout=timeout,
+                                                cancel=cancel, grading_policy=grading)
     except KeyboardInterrupt:
         result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
         result.outcome = Outcome.INTERRUPTED
