@@ -11,7 +11,10 @@ is a sequence any more:
 - escaped: every other C0 control (NUL .. US, BS and BEL included), a ``\\r`` not followed by
   ``\\n`` (it returns to the line's start, so what follows would overwrite, and hide, what came
   before: ``echo "safe\\rrm -rf /"``), DEL, and the C1 controls U+0080..U+009F (U+009B is CSI on
-  terminals that honour 8-bit controls).
+  terminals that honour 8-bit controls);
+- escaped as ``\\uNNNN``: the bidirectional embeddings, overrides and isolates (U+202A..U+202E,
+  U+2066..U+2069), which reorder what a terminal shows (CVE-2021-42574, "Trojan Source"), and the
+  line and paragraph separators U+2028, U+2029.
 
 A backslash is kept as it is: a command printing the text ``\\x1b`` shows exactly that, and can
 do no more with it.
@@ -25,12 +28,17 @@ from __future__ import annotations
 import re
 from typing import IO, Any
 
-_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+_CONTROL_RE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]|\r(?!\n)")
+
+
+def _shown(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def escape_controls(text: str) -> str:
-    """``text`` with its control characters shown as ``\\xNN`` (see the module doc for which)."""
-    return _CONTROL_RE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """``text`` with its control characters shown as ``\\xNN`` or ``\\uNNNN`` (see the module doc for which)."""
+    return _CONTROL_RE.sub(_shown, text)
 
 
 def has_controls(text: str) -> bool:

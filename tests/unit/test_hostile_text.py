@@ -127,3 +127,17 @@ def test_a_symlink_or_a_file_planted_as_an_instance_directory_is_refused(tmp_pat
             instance_directory(out, instance_id, *parts)
     assert instance_directory(out, "a", "eval") == out / "a" / "eval" and (out / "a" / "eval").is_dir()
     assert list(elsewhere.iterdir()) == []
+
+
+def test_bidi_controls_and_line_separators_are_shown_escaped():
+    from swe_sandbox.terminal import escape_controls
+
+    assert escape_controls("id\u202eexe.txt\u2066x\u2069\u2028end") == "id\\u202eexe.txt\\u2066x\\u2069\\u2028end"
+    assert escape_controls("naïve – ok\n") == "naïve – ok\n"
+
+
+def test_a_results_line_with_a_nan_cost_is_not_read(tmp_path):
+    path = tmp_path / "results.jsonl"
+    path.write_text('{"instance_id": "a", "exit_status": "Submitted", "done": true, "cost": "NaN"}\n'
+                    '{"instance_id": "b", "exit_status": "Submitted", "done": true, "cost": 0.5}\n')
+    assert [(r.instance_id, r.cost) for r in ResultsLog(path).read()] == [("b", 0.5)]

@@ -46,7 +46,7 @@ RUN_FILES = (RESULTS_FILE, PREDS_FILE, REPORT_FILE)
 class AttemptRecord(BaseModel):
     """One line of ``results.jsonl``: how one attempt at one instance ended."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)  # a hand-edited NaN cost is no line
 
     instance_id: str
     attempt: int = Field(default=1, ge=1)
