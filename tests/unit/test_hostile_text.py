@@ -93,7 +93,7 @@ def test_plain_progress_lines_to_a_closed_pipe_stop_quietly():
     assert stream.writes == 1
 
 
-def test_a_backend_unusable_here_stops_the_batch_with_3_and_spends_no_attempt(tmp_path):
+def test_a_backend_unusable_here_stops_batch_and_eval_with_3_and_spends_no_attempt(tmp_path):
     (tmp_path / "ws").mkdir()
     (tmp_path / "tasks.jsonl").write_text(
         "".join(json.dumps({"instance_id": f"s{n}", "problem_statement": "x", "workspace": "ws"}) + "\n"
@@ -103,11 +103,16 @@ def test_a_backend_unusable_here_stops_the_batch_with_3_and_spends_no_attempt(tm
             "--env", "bwrap", "-c", "model.model_class=deterministic",
             "-c", 'model.outputs=["echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]',
             "-c", "environment.bwrap_path=/nonexistent/bwrap"]
-    for _ in range(2):
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    preds = tmp_path / "preds.json"
+    preds.write_text(json.dumps({f"s{n}": {"instance_id": f"s{n}", "model_name_or_path": "m",
+                                           "model_patch": "diff --git a/f b/f\n"} for n in range(3)}))
+    evaluate = [sys.executable, "-m", "swe_sandbox", "eval", str(preds), "--tasks", str(tmp_path / "tasks.jsonl"),
+                "-o", str(tmp_path / "eval"), "--env", "bwrap", "-c", "environment.bwrap_path=/nonexistent/bwrap"]
+    for command, directory in ((argv, out), (argv, out), (evaluate, tmp_path / "eval")):
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
         assert done.returncode == 3, done.stderr
         assert "backend unavailable" in done.stderr and "/nonexistent/bwrap" in done.stderr
-        assert ResultsLog(out / "results.jsonl").read() == []
+        assert ResultsLog(directory / "results.jsonl").read() == []
     assert not Path(out / "preds.json").exists() or json.loads((out / "preds.json").read_text()) == {}
 
 

@@ -30,7 +30,7 @@ from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task, TaskFileError
 from swe_sandbox.batch.work import EVALUATED, EvaluationWork, WorkUnit
 from swe_sandbox.config import load_environment_config, validate
-from swe_sandbox.errors import Outcome
+from swe_sandbox.errors import BackendUnavailable, Outcome
 from swe_sandbox.files import atomic_write_text, to_json
 
 __all__ = ["EVALUATED", "match_predictions", "run_eval"]
@@ -79,6 +79,9 @@ class EvalRun:
         evaluation = result.evaluation
         if result.outcome is Outcome.INTERRUPTED or evaluation is None:
             return None
+        if result.outcome is Outcome.BACKEND and self.options.executor == "threads":
+            # every evaluation of this run needs this host's backend: stop, and spend no attempt
+            raise BackendUnavailable(evaluation.error)
         if not evaluation.infra_failure:
             write_eval_files(evaluation, rec.instance_directory(self.dir, result.instance_id, rec.EVAL_DIR))
         record = rec.AttemptRecord(

@@ -51,7 +51,15 @@ from swe_sandbox.batch.integrity import outcomes, patch_policy, protected
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
 from swe_sandbox.batch.swebench_instances import PYTEST_LOG_PARSERS
-from swe_sandbox.errors import BackendUnavailable, ConnectionLost, EvaluationStepFailed, SandboxDied, SandboxError
+from swe_sandbox.errors import (
+    BackendUnavailable,
+    ConnectionLost,
+    EvaluationStepFailed,
+    Outcome,
+    SandboxDied,
+    SandboxError,
+    outcome_of,
+)
 from swe_sandbox.files import atomic_write_text, to_json
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -105,6 +113,9 @@ class EvalResult(BaseModel):
     infra_failure: bool = False
     """The sandbox failed for a reason outside it (did not start, engine down, node lost): no
     verdict; run it again."""
+    outcome: Outcome | None = None
+    """Without a verdict, why (``errors.outcome_of`` of what stopped it: ``backend`` when this host
+    cannot run the backend, ``sandbox``); None otherwise."""
     error: str = ""
     apply_command: str = ""
     """The command that applied the patch."""
@@ -190,7 +201,9 @@ def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout
     except (SandboxError, BackendUnavailable) as exc:
         if cancel is not None and cancel.cancelled:
             raise KeyboardInterrupt("batch cancelled") from None
-        return infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
+        failed = infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
+        failed.outcome = outcome_of(exc)
+        return failed
 
 
 def infra_failed(task: Task, patch: str | None, error: str) -> EvalResult:

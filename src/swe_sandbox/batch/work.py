@@ -189,6 +189,6 @@ class EvaluationWork(WorkUnit):
 
     def _result(self, evaluation: Any, started: float) -> RolloutResult:
         return RolloutResult(instance_id=self.instance_id, exit_status=EVALUATED, done=not evaluation.infra_failure,
-                             evaluate_only=True, submission=self.patch or "", evaluation=evaluation,
+                             outcome=evaluation.outcome, evaluate_only=True, submission=self.patch or "", evaluation=evaluation,
                              error=evaluation.error, backend=self.backend, started_at=started,
                              duration_s=evaluation.duration_s)
