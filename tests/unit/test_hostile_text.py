@@ -146,3 +146,20 @@ def test_a_results_line_with_a_nan_cost_is_not_read(tmp_path):
     path.write_text('{"instance_id": "a", "exit_status": "Submitted", "done": true, "cost": "NaN"}\n'
                     '{"instance_id": "b", "exit_status": "Submitted", "done": true, "cost": 0.5}\n')
     assert [(r.instance_id, r.cost) for r in ResultsLog(path).read()] == [("b", 0.5)]
+
+
+def test_a_workspace_swapped_for_a_symlink_after_load_is_not_copied(tmp_path):
+    from swe_sandbox.batch.sandbox import task_sandbox
+    from swe_sandbox.errors import ConfigError
+
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "secret").write_text("secret")
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({"instance_id": "a", "problem_statement": "x", "workspace": "ws"}) + "\n")
+    task, = load_tasks(path)
+    (tmp_path / "ws").rename(tmp_path / "ws.old")
+    (tmp_path / "ws").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError, match="a symlink took its place"):
+        with task_sandbox(task, {"backend": "local"}):
+            pass

@@ -124,6 +124,10 @@ def _copy_workspace(environment: Environment, task: Task) -> None:
         raise ConfigError(f"{task.instance_id}: workspace: backend {config.backend!r} has no working "
                           "directory to copy it to; set the task's cwd or environment.cwd")
     assert task.workspace is not None  # the caller copies only a task that has one
+    now = task.workspace.resolve()
+    if now != task.workspace:  # resolved (and checked) when the task file was read
+        raise ConfigError(f"{task.instance_id}: workspace: {task.workspace} resolves to {now} now: a symlink "
+                          "took its place after the task file was read; not copied")
     upload_workspace(environment, task.workspace, target)
 
 
