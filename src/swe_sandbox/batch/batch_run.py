@@ -24,7 +24,6 @@ from swe_sandbox.batch.executors import make_executor
 from swe_sandbox.batch.grading import run_report
 from swe_sandbox.batch.options import RunOptions
 from swe_sandbox.batch.progress import BatchProgress
-from swe_sandbox.batch.ray.settings import ray_options
 from swe_sandbox.batch.rollouts import RolloutResult
 from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task
@@ -165,7 +164,6 @@ def run_batch(tasks: list[Task], output_dir: str | Path, *, run_config: dict[str
         BatchAborted: a second Ctrl-C, or rollouts still busy ``CANCEL_GRACE_S`` after the first.
     """
     options = options or validate(RunOptions, settings, section="run")
-    ray_options(options.executor, options.ray_address, options.workers)  # Ray is there, before anything runs
     run_config = run_config if run_config is not None else load_run_config()
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     if options.executor == "threads":  # on Ray the workers query the models

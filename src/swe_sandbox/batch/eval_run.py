@@ -24,7 +24,6 @@ from swe_sandbox.batch.evaluation import patch_sha256, write_eval_files
 from swe_sandbox.batch.executors import make_executor
 from swe_sandbox.batch.grading import run_report
 from swe_sandbox.batch.options import RunOptions
-from swe_sandbox.batch.ray.settings import ray_options
 from swe_sandbox.batch.rollouts import RolloutResult
 from swe_sandbox.batch.sandbox import check_environment_config
 from swe_sandbox.batch.tasks import Task, TaskFileError
@@ -130,7 +129,6 @@ def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: s
         BatchAborted: a second Ctrl-C, or evaluations still busy ``CANCEL_GRACE_S`` after the first.
     """
     options = options or validate(RunOptions, settings, section="run")
-    ray_options(options.executor, options.ray_address, options.workers)
     preds = match_predictions(predictions, tasks)
     env = load_environment_config(env_config) if not isinstance(env_config, dict) else dict(env_config)
     by_id = {t.instance_id: t for t in tasks if t.instance_id in preds}

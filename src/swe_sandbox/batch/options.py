@@ -7,12 +7,13 @@ worker that runs it.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, GRADING_POLICIES, STRICT
-from swe_sandbox.batch.ray.settings import LOCAL
+from swe_sandbox.batch.ray.settings import LOCAL, NOT_INSTALLED
 
 #: Attempts per instance in all, infrastructure failures included (``--max-attempts``).
 DEFAULT_MAX_ATTEMPTS = 3
@@ -50,6 +51,14 @@ class RunOptions(BaseModel):
     ray_address: str = LOCAL
     """With ``ray``: ``auto``, ``host:port`` of a running cluster's head, or ``local`` (a local Ray
     started for the run with ``workers`` slots)."""
+
+    @field_validator("executor")
+    @classmethod
+    def _ray_is_installed(cls, value: str) -> str:
+        """``ray`` needs Ray here: refused when the options are made, before anything runs."""
+        if value == "ray" and find_spec("ray") is None:
+            raise ValueError(NOT_INSTALLED)
+        return value
 
     @field_validator("grading")
     @classmethod
