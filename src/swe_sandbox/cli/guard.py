@@ -18,6 +18,7 @@ import typer
 from swe_sandbox.cli.exit_codes import EXIT_FAILED, EXIT_SANDBOX_FAILED, exit_for
 from swe_sandbox.cli.signals import echo_err, interrupt_exit
 from swe_sandbox.errors import BatchAborted, Outcome, SweSandboxError, outcome_of
+from swe_sandbox.terminal import one_line
 
 #: The word of each outcome in the stderr line; any other outcome's is ``error``.
 KINDS: dict[Outcome, str] = {
@@ -25,17 +26,6 @@ KINDS: dict[Outcome, str] = {
     Outcome.BACKEND: "backend unavailable",
     Outcome.SANDBOX: "sandbox failed",
 }
-
-
-def one_line(message: str) -> str:
-    """Fold a (possibly multi-line) error message into one line."""
-    parts = [p.strip() for p in str(message).splitlines() if p.strip()]
-    if not parts:
-        return ""
-    out = parts[0]
-    for part in parts[1:]:
-        out += (" " if out.endswith(":") else "; ") + part
-    return out
 
 
 def fail(code: int, kind: str, message: str) -> None:
