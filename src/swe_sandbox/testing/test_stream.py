@@ -8,6 +8,7 @@ is watched while it runs), so they are asserted, with margins for a loaded machi
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 
@@ -53,7 +54,7 @@ def test_chunks_arrive_as_they_are_written(started):
     chunks = [(at, event.text) for at, event in events if event.text]
     assert [text for _, text in chunks] == [f"{i}\n" for i in range(1, 6)], events
     assert chunks[0][0] < 0.3, f"first chunk after {chunks[0][0]:.2f} s"
-    gaps = [later[0] - earlier[0] for earlier, later in zip(chunks, chunks[1:])]
+    gaps = [later[0] - earlier[0] for earlier, later in itertools.pairwise(chunks)]
     assert all(0.3 < gap < 0.9 for gap in gaps), f"chunk gaps {gaps}"
     last = events[-1][1]
     assert last.done and last.text == "" and last.result["returncode"] == 0
