@@ -41,8 +41,10 @@ def test_a_flood_is_sent_as_few_chunks(channel: Channel):
     started = time.monotonic()
     frames = list(channel.frames({**EXEC, "id": 1, "stream": True, "command": command}, 10))
     chunks = [f for f in frames if f["op"] == "chunk"]
-    limit = (time.monotonic() - started) / runner.STREAM_INTERVAL_S + 2
-    assert 1 <= len(chunks) <= limit, f"{len(chunks)} chunk frames in {time.monotonic() - started:.2f} s"
+    size = len(frames[-1]["output"])
+    limit = size / runner.CHUNK_BYTES + (time.monotonic() - started) / runner.STREAM_INTERVAL_S + 2
+    assert 1 <= len(chunks) <= limit, f"{len(chunks)} chunk frames for {size} bytes"
+    assert all(len(f["output"].encode()) <= runner.CHUNK_BYTES for f in chunks)
     assert "".join(f["output"] for f in chunks) == frames[-1]["output"]
 
 
@@ -94,3 +96,14 @@ def test_environment_stream_is_a_generator_that_starts_nothing_until_iterated():
 
     stream = Never(EnvironmentConfig(backend="x")).stream({"command": "true"})
     stream.close()
+
+
+def test_a_host_that_stops_reading_a_stream_never_holds_up_the_timeout(channel: Channel):
+    command = "head -c 30000000 /dev/zero | tr '\\0' x; sleep 30"
+    frames = channel.frames({**EXEC, "id": 1, "stream": True, "command": command, "timeout": 1}, 30)
+    first = next(frames)  # the request went out; now read nothing for a while
+    time.sleep(3)  # fixed: the host is stalled on purpose; nothing to poll
+    result = [first, *frames][-1]
+    assert result["extra"]["timed_out"] is True, result["extra"]
+    assert result["extra"]["duration_s"] < 2.0, "the runner waited for the host before its timeout"
+    assert result["extra"]["output_bytes"] == 30000000
