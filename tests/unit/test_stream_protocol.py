@@ -107,3 +107,36 @@ def test_a_host_that_stops_reading_a_stream_never_holds_up_the_timeout(channel: 
     assert result["extra"]["timed_out"] is True, result["extra"]
     assert result["extra"]["duration_s"] < 2.0, "the runner waited for the host before its timeout"
     assert result["extra"]["output_bytes"] == 30000000
+
+
+def test_a_requests_stdin_travels_raw_under_the_mac(channel: Channel):
+    payload = bytes(range(256)) * 4
+    reply = channel.request({**EXEC, "id": 1, "command": "od -An -v -tx1 | tr -d ' \\n'", "input": payload}, 10)
+    assert reply["output"] == payload.hex()
+
+
+class _Capture(Channel):
+    """A channel whose frames are kept, not sent: the runner side is ``runner.read_frame``."""
+
+    def __init__(self):
+        super().__init__(None)
+        self.sent = bytearray()
+
+    def _write(self, data: bytes) -> None:
+        self.sent += data
+
+
+def test_the_mac_covers_a_requests_stdin():
+    import io
+    import json
+
+    host = _Capture()
+    host.start_runner()
+    size, _, rest = bytes(host.sent).partition(b"\n")
+    key = bytes.fromhex(json.loads(rest[int(size) + 4:])["key"])
+    host.sent.clear()
+    host.send({**EXEC, "id": 1, "command": "cat", "input": b"good input"})
+    frame = bytes(host.sent)
+    assert runner.read_frame(io.BytesIO(frame), runner.FrameAuth(key, b"runner", b"host"))["input"] == b"good input"
+    with pytest.raises(runner.BadFrame):
+        runner.read_frame(io.BytesIO(frame.replace(b"good", b"evil")), runner.FrameAuth(key, b"runner", b"host"))
