@@ -138,6 +138,8 @@ class LoopModel:
         self._cancel = cancel
 
     def __getattr__(self, name: str) -> Any:
+        if name == "model":  # not set yet (a copy being built): no recursion
+            raise AttributeError(name)
         return getattr(self.model, name)
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
