@@ -6,7 +6,7 @@ model wrote, so no escape sequence reaches the terminal).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,7 +100,7 @@ def show_command(console: Console, action: dict[str, Any], secrets: Iterable[str
     console.print(Text("$ ", style="bold cyan") + Text(command))
 
 
-def show_stream(console: Console, events: Iterator[Any], secrets: Iterable[str] = ()) -> dict[str, Any]:
+def show_stream(console: Console, events: Generator[Any, None, None], secrets: Iterable[str] = ()) -> dict[str, Any]:
     """Show a command's output as it arrives, line by line (each complete line with secrets masked
     and control characters escaped: a model-written command's output cannot drive the terminal),
     the last partial line once it ends; return the result dict of the stream's last event.
