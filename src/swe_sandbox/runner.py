@@ -43,6 +43,7 @@ import hashlib
 import hmac
 import json
 import os
+import select
 import selectors
 import signal
 import struct
@@ -92,6 +93,11 @@ READ_CHUNK = 1 << 20
 #: A streamed command sends at most one chunk frame per this many seconds (a chunk follows output
 #: at once when none went out for this long): at most 20 frames a second whatever it prints.
 STREAM_INTERVAL_S = 0.05
+#: Bytes of output per chunk frame: with its JSON and MAC a frame stays under ``PIPE_BUF`` (4096),
+#: so writing it to a pipe that has room never blocks (a stalled host never holds up a timeout).
+CHUNK_BYTES = 1024
+#: At most this many chunk frames go out at once (then the next interval).
+CHUNK_FRAMES_MAX = 256
 #: ``exception_info`` of a command the host cancelled (``{"op": "cancel"}``).
 CANCELLED_MESSAGE = "The command was cancelled"
 # linux/prctl.h
@@ -126,10 +132,12 @@ class FrameAuth(object):
         return hmac.compare_digest(self._mac(1, data), mac)
 
 
-def write_frame(stream, obj, auth=None):
+def write_frame(stream, obj, auth=None, raw=False):
+    """Write ``obj`` as one frame (its MAC after it with ``auth``); an ``output`` longer than
+    ``RAW_OUTPUT_MIN`` (any, with ``raw``) follows the JSON as raw UTF-8."""
     blob = b""
     text = obj.get("output")
-    if isinstance(text, str) and len(text) > RAW_OUTPUT_MIN:
+    if isinstance(text, str) and text and (raw or len(text) > RAW_OUTPUT_MIN):
         blob = text.encode("utf-8", "replace")
         obj = dict(obj, output=None, output_follows=len(blob))
     data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace")
@@ -234,15 +242,23 @@ class StreamTap(object):
             return None
         return self.last + STREAM_INTERVAL_S
 
-    def take(self, now):
-        """The text to send now (``""`` when nothing is due yet)."""
+    def take(self, now, limit=None):
+        """The text of (at most ``limit`` of) the bytes not sent yet, when a chunk is due at ``now``;
+        ``""`` when none is. Once all was taken, the next chunk is due ``STREAM_INTERVAL_S`` later."""
         due = self.due()
         if due is None or now < due:
             return ""
-        new = bytes(self.buf.head[self.sent:])
-        self.sent += len(new)
-        self.last = now
+        head = self.buf.head
+        end = len(head) if limit is None else min(len(head), self.sent + limit)
+        new = bytes(head[self.sent:end])
+        self.sent = end
+        if end == len(head):
+            self.last = now
         return self.decoder.decode(new)
+
+    def defer(self, now):
+        """Nothing may go out now (the channel is full): the next chunk is due an interval later."""
+        self.last = now
 
 
 def proc_stat(pid):
@@ -575,7 +591,7 @@ class Runner(object):
                 self.reap(keep=proc.pid)
                 next_reap = now + REAP_S
             if tap is not None:
-                self.send_chunk(req, tap.take(now))
+                self.send_chunks(req, tap, now)
             cancelled = self.cancelled(req)
             if self.closing or cancelled or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not (self.closing or cancelled)
@@ -621,10 +637,23 @@ class Runner(object):
         code = proc.returncode
         return make_result(None, 128 - code if code < 0 else code, "", started, buf)
 
-    def send_chunk(self, req, text):
-        """Send one ``chunk`` frame of streamed request ``req`` (nothing for ``""``)."""
-        if text:
-            write_frame(self.stdout, {"op": "chunk", "id": req.get("id"), "output": text}, self.auth)
+    def send_chunks(self, req, tap, now):
+        """Send what ``tap`` has due as ``chunk`` frames of streamed request ``req``, only while the
+        channel has room: small frames (``CHUNK_BYTES``) into a writable pipe never block, so a
+        host that stops reading stalls the stream, never the command's timeout."""
+        for _ in range(CHUNK_FRAMES_MAX):
+            if tap.due() is None or tap.due() > now:
+                return
+            try:
+                room = select.select([], [self.stdout], [], 0)[1]
+            except (OSError, ValueError):
+                room = [self.stdout]  # not selectable: write as any frame is written
+            if not room:
+                tap.defer(now)
+                return
+            text = tap.take(now, CHUNK_BYTES)
+            if text:
+                write_frame(self.stdout, {"op": "chunk", "id": req.get("id"), "output": text}, self.auth, raw=True)
 
     def read_until(self, sel, read_fd, buf, until, eof):
         """After a kill: read what is left until end of file or ``until``; return eof."""
