@@ -105,6 +105,23 @@ def test_a_cancelled_batch_cancels_its_arollouts(calc_repo, tmp_path):
     assert (result.exit_status, result.done) == ("KeyboardInterrupt", False)
 
 
+@pytest.mark.local
+def test_a_batch_cancelled_while_its_arollout_runs_stops_it(calc_repo, tmp_path):
+    """The batch's ``Cancellation`` (Ctrl-C) reaches the rollout's own: the command is ended, the
+    result says interrupted (a value, as ``rollout`` gives; the awaiting task was not cancelled)."""
+    cancel = Cancellation()
+
+    def progress(instance_id: str, **fields: Any) -> None:
+        if fields.get("command") == LONG:
+            threading.Thread(target=lambda: wait_for(lambda: still_running(LONG), 30) and cancel.cancel()).start()
+
+    start = time.monotonic()
+    result = asyncio.run(arollout(one_task(tmp_path, calc_repo), run_config([LONG]), {"backend": "local"},
+                                  cancel=cancel, progress=progress))
+    assert (result.exit_status, result.done) == ("KeyboardInterrupt", False)
+    assert time.monotonic() - start < 10 and not still_running(LONG)
+
+
 @pytest.mark.bwrap
 def test_eight_arollouts_run_at_once_and_the_loop_stays_free(calc_repo, tmp_path, monkeypatch):
     require_backend("bwrap")
