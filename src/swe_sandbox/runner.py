@@ -11,6 +11,13 @@ is followed by those N bytes of raw UTF-8 (``RAW_OUTPUT_MIN``); every frame ends
 ``{"op": "ready", ...}`` once at start and one ``{"op": "result", ...}`` per ``exec``. The command
 travels as payload; it reaches bash through an unlinked file descriptor, never through argv.
 
+Streaming: an ``exec`` with ``"stream": true`` is also answered, before its result, by
+``{"op": "chunk", "id": ID, "output": str}`` frames as the command writes (``StreamTap``: at most one
+per ``STREAM_INTERVAL_S`` unless idle before, whole UTF-8 characters, only the kept head of the
+output), so the chunks joined are always a prefix of the result's ``output``. ``{"op": "cancel",
+"id": ID}`` (sent while command ``ID`` runs, or before it starts) ends it as a timeout would, with
+the ``CANCELLED_MESSAGE`` result.
+
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
 random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
 stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
@@ -31,6 +38,7 @@ The runner is a child subreaper, so orphans are re-parented to it and reaped; wh
 closes (host gone or ``close``) it kills every process any command started, then exits.
 """
 
+import codecs
 import hashlib
 import hmac
 import json
@@ -44,7 +52,7 @@ import tempfile
 import threading
 import time
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: Length of a frame's MAC in bytes (HMAC-SHA256).
 MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
@@ -81,6 +89,11 @@ KILL_BUDGET_S = 0.3
 #: After a kill, wait at most this long (seconds) for the pipe to reach end of file.
 KILL_COLLECT_S = 0.2
 READ_CHUNK = 1 << 20
+#: A streamed command sends at most one chunk frame per this many seconds (a chunk follows output
+#: at once when none went out for this long): at most 20 frames a second whatever it prints.
+STREAM_INTERVAL_S = 0.05
+#: ``exception_info`` of a command the host cancelled (``{"op": "cancel"}``).
+CANCELLED_MESSAGE = "The command was cancelled"
 # linux/prctl.h
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
@@ -183,29 +196,53 @@ class OutputBuffer(object):
         head = self.head
         if self.total == len(head) + len(tail):
             return bytes(head + tail).decode("utf-8", "replace"), 0
-        head = head[: utf8_cut(head)]
+        head_text, head_used = decode_prefix(head)  # a StreamTap streamed a prefix of this
         skip = 0
         while skip < min(3, len(tail)) and tail[skip] & 0xC0 == 0x80:
             skip += 1
         tail = tail[skip:]
-        dropped = self.total - len(head) - len(tail)
+        dropped = self.total - head_used - len(tail)
         marker = "\n[swe-sandbox: output truncated, %d bytes dropped]\n" % dropped
-        text = bytes(head).decode("utf-8", "replace") + marker + bytes(tail).decode("utf-8", "replace")
-        return text, dropped
+        return head_text + marker + bytes(tail).decode("utf-8", "replace"), dropped
 
 
-def utf8_cut(buf):
-    """Return the largest length <= len(buf) that does not end inside a multi-byte character."""
-    n = len(buf)
-    for back in range(1, min(4, n) + 1):
-        byte = buf[n - back]
-        if byte & 0xC0 == 0x80:
-            continue  # continuation byte: keep looking for the lead byte
-        if byte & 0x80 == 0 or byte >= 0xF8:
-            return n  # ASCII or an invalid byte: nothing open
-        need = 2 if byte >= 0xC0 and byte < 0xE0 else 3 if byte < 0xF0 else 4
-        return n if back >= need else n - back
-    return n
+def decode_prefix(data):
+    """Return ``(text, used)``: ``data`` decoded as UTF-8 (invalid bytes become U+FFFD) but for an
+    incomplete character at its end, held back; ``used`` is the count of bytes decoded."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    text = decoder.decode(bytes(data))
+    return text, len(data) - len(decoder.getstate()[0])
+
+
+class StreamTap(object):
+    """What a streamed command sends of its ``OutputBuffer`` as chunks: the head, as it fills.
+
+    Decoded incrementally (a character split across writes goes out whole), so the chunks joined
+    are a prefix of ``OutputBuffer.text()``'s text; the tail, kept only at the end, and the
+    truncation marker arrive with the result. Used by the runner and by the host's exec fallback.
+    """
+
+    def __init__(self, buf):
+        self.buf = buf
+        self.sent = 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self.last = 0.0
+
+    def due(self):
+        """When (``time.monotonic()``) the next chunk may go out, or None when nothing waits."""
+        if len(self.buf.head) <= self.sent:
+            return None
+        return self.last + STREAM_INTERVAL_S
+
+    def take(self, now):
+        """The text to send now (``""`` when nothing is due yet)."""
+        due = self.due()
+        if due is None or now < due:
+            return ""
+        new = bytes(self.buf.head[self.sent:])
+        self.sent += len(new)
+        self.last = now
+        return self.decoder.decode(new)
 
 
 def proc_stat(pid):
@@ -396,6 +433,8 @@ class Runner(object):
         #: Tokens of the commands run so far (bytes): their daemons are spared by later timeouts.
         self.tokens = set()
         self.closing = False
+        #: Requests with an id up to this one are cancelled (``{"op": "cancel"}``); ids only grow.
+        self.cancel_upto = 0
         self.requests = []
         self.cond = threading.Condition()
         self.wake_r, self.wake_w = os.pipe()
@@ -419,6 +458,8 @@ class Runner(object):
             with self.cond:
                 if frame is None or frame.get("op") == "close":
                     self.closing = True
+                elif frame.get("op") == "cancel":
+                    self.cancel_upto = max(self.cancel_upto, int_or_zero(frame.get("id")))
                 else:
                     self.requests.append(frame)
                 self.cond.notify()
@@ -449,10 +490,16 @@ class Runner(object):
             view = view[os.write(fd, view):]
         return fd
 
+    def cancelled(self, req):
+        """Whether the host cancelled request ``req``."""
+        return 0 < int_or_zero(req.get("id")) <= self.cancel_upto
+
     # -- one command ----------------------------------------------------------------------------
     def run(self, req):
         self.seq += 1
         started = time.monotonic()
+        if self.cancelled(req):  # cancelled before it started: nothing to run
+            return make_result(None, -1, CANCELLED_MESSAGE, started, OutputBuffer(1 << 20), cancelled=True)
         cwd = req.get("cwd") or os.getcwd()
         if not os.path.isdir(cwd):
             msg = bad_cwd_message(cwd, "notdir" if os.path.exists(cwd) else "missing")
@@ -511,6 +558,7 @@ class Runner(object):
             self.wake()
 
         polling = not start_thread(wait)  # no thread to be had (a fork bomb): poll the status
+        tap = StreamTap(buf) if req.get("stream") else None
         timeout = req.get("timeout")
         deadline = None if timeout is None else started + float(timeout)
         sel = selectors.DefaultSelector()
@@ -526,8 +574,11 @@ class Runner(object):
             if now >= next_reap:  # orphans of background jobs: no zombie pile-up in a long command
                 self.reap(keep=proc.pid)
                 next_reap = now + REAP_S
-            if self.closing or (deadline is not None and now >= deadline and not exited.is_set()):
-                timed_out = not self.closing
+            if tap is not None:
+                self.send_chunk(req, tap.take(now))
+            cancelled = self.cancelled(req)
+            if self.closing or cancelled or (deadline is not None and now >= deadline and not exited.is_set()):
+                timed_out = not (self.closing or cancelled)
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
                 eof = self.read_until(sel, read_fd, buf, time.monotonic() + KILL_COLLECT_S, eof)
                 exited.wait(0.2)  # the status is not needed: a timeout reports -1
@@ -539,7 +590,7 @@ class Runner(object):
                     drain_end = now + DRAIN_MAX_S
                 if now >= drain_end or now - last_data >= DRAIN_IDLE_S:
                     break
-            waits = [t for t in (deadline, drain_end, next_reap) if t is not None]
+            waits = [t for t in (deadline, drain_end, next_reap, tap and tap.due()) if t is not None]
             if drain_end is not None:
                 waits.append(last_data + DRAIN_IDLE_S)
             wait_s = max(0.0, min(waits) - now) if waits else None
@@ -565,8 +616,15 @@ class Runner(object):
             return make_result(None, -1, timeout_message(timeout), started, buf, timed_out=True)
         if self.closing:
             return make_result(None, -1, "The sandbox was closed during the command", started, buf)
+        if cancelled:
+            return make_result(None, -1, CANCELLED_MESSAGE, started, buf, cancelled=True)
         code = proc.returncode
         return make_result(None, 128 - code if code < 0 else code, "", started, buf)
+
+    def send_chunk(self, req, text):
+        """Send one ``chunk`` frame of streamed request ``req`` (nothing for ``""``)."""
+        if text:
+            write_frame(self.stdout, {"op": "chunk", "id": req.get("id"), "output": text}, self.auth)
 
     def read_until(self, sel, read_fd, buf, until, eof):
         """After a kill: read what is left until end of file or ``until``; return eof."""
@@ -665,7 +723,12 @@ class Runner(object):
             self.shutdown()
 
 
-def make_result(text, returncode, info, started, buf, timed_out=False):
+def int_or_zero(value):
+    """``value`` if it is an int (a request id), else 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def make_result(text, returncode, info, started, buf, timed_out=False, cancelled=False):
     """The ``result`` frame of one command (DESIGN.md section 1), built the same way by the runner and
     by the host's exec fallback.
 
@@ -676,23 +739,21 @@ def make_result(text, returncode, info, started, buf, timed_out=False):
         started: ``time.monotonic()`` when the command started (seconds).
         buf: the command's ``OutputBuffer``.
         timed_out: the command was killed by its timeout.
+        cancelled: the host cancelled the command (``extra.cancelled`` is then set, True).
     """
     if text is not None:
         buf.feed(text.encode("utf-8"))
     output, dropped = buf.text()
-    return {
-        "op": "result",
-        "output": output,
-        "returncode": returncode,
-        "exception_info": info,
-        "extra": {
-            "timed_out": timed_out,
-            "truncated": dropped > 0,
-            "output_bytes": buf.total,
-            "dropped_bytes": dropped,
-            "duration_s": round(time.monotonic() - started, 6),
-        },
+    extra = {
+        "timed_out": timed_out,
+        "truncated": dropped > 0,
+        "output_bytes": buf.total,
+        "dropped_bytes": dropped,
+        "duration_s": round(time.monotonic() - started, 6),
     }
+    if cancelled:
+        extra["cancelled"] = True
+    return {"op": "result", "output": output, "returncode": returncode, "exception_info": info, "extra": extra}
 
 
 def timeout_message(timeout):

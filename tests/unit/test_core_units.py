@@ -67,8 +67,9 @@ def test_output_buffer_never_cuts_inside_a_character():
     [(b"ab", 2), ("a\u00e9".encode(), 3), ("a\u00e9".encode()[:2], 1), ("\u20ac".encode()[:2], 0),
      ("\U0001f600".encode()[:3], 0), ("\U0001f600".encode(), 4), (b"\xff", 1)],
 )
-def test_utf8_cut(data, cut):
-    assert runner.utf8_cut(data) == cut
+def test_decode_prefix_holds_back_only_an_incomplete_last_character(data, cut):
+    text, used = runner.decode_prefix(data)
+    assert used == cut and text == data[:cut].decode("utf-8", "replace")
 
 
 @pytest.mark.parametrize(

@@ -21,12 +21,15 @@ class FakeSession:
     def ready(self, timeout, unauthenticated=()):
         return {"op": "ready", "cwd": "/"}
 
-    def request(self, req, timeout):
+    def frames(self, req, timeout):
         reply = self.replies.pop(0)
         if isinstance(reply, BaseException):
             raise reply
         buf = runner.OutputBuffer(1 << 20)
-        return {**runner.make_result(reply, 0, "", time.monotonic(), buf), "id": req["id"]}
+        yield {**runner.make_result(reply, 0, "", time.monotonic(), buf), "id": req["id"]}
+
+    def cancel(self, request_id):
+        pass
 
     def diagnose(self):
         return ""

@@ -5,7 +5,8 @@ style); a backend fills in primitives and hooks, and overrides none of those thr
 
 - ``_open_channel()``: start the sandbox, start ``python3 -c BOOTSTRAP`` in it, return a
   ``Session``: a ``Channel`` (bytes to and from that process) or the exec fallback's
-  (``fallback.ExecFallbackChannel``). Its one primitive is ``request(req, timeout) -> reply``;
+  (``fallback.ExecFallbackChannel``). Its primitives are ``frames(req, timeout)`` (a request's
+  streamed chunks, then its result) and ``cancel(request_id)``;
 - ``_stop()``: remove the sandbox (idempotent);
 - hooks, all optional: ``_after_start()`` (the sandbox is up), ``_check_result(result)`` (a
   result before the submission check), ``_lost_connection(exc)`` (the transport, not the sandbox,
@@ -15,11 +16,14 @@ style); a backend fills in primitives and hooks, and overrides none of those thr
 - ``_upload`` / ``_download`` where the backend has its own way to move files.
 
 Everything in DESIGN.md §1 happens in ``swe_sandbox.runner``; this module only frames requests,
-waits, turns a lost runner into ``SandboxDied`` and recognises the submission sentinel.
+waits, turns a lost runner into ``SandboxDied`` and recognises the submission sentinel. ``execute``
+and ``stream`` (DESIGN.md §10) are one exchange: a streamed request also yields the runner's chunks,
+and leaving a stream early, or ``cancel()``, sends the runner a ``cancel`` for the request in flight.
 """
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -30,6 +34,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol, cast
 
@@ -44,11 +49,16 @@ from swe_sandbox.errors import (
     SandboxStartError,
     Submitted,
 )
+from swe_sandbox.streaming import StreamEvent
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
 #: runner itself answers within timeout + ~0.6 s; this only catches a frozen or lost runner.
 HOST_GRACE_S = 5.0
+#: How long leaving a stream early waits for the cancelled command's record (seconds) before it
+#: closes the sandbox (the runner answers a cancel within ~0.5 s: ``runner.KILL_BUDGET_S`` and
+#: ``KILL_COLLECT_S``).
+CANCEL_WAIT_S = 3.0
 #: Longest per-command timeout accepted, in seconds (about 11.5 days; select() refuses ~2.1e6 s).
 MAX_TIMEOUT_S = 1e6
 _RUNNER_SOURCE: bytes | None = None
@@ -91,6 +101,28 @@ def mount_relative(path: str, mount: str) -> str:
     if rel == ".." or rel.startswith("../"):
         raise ValueError(f"{path}: only paths under {mount} can be copied")
     return "" if rel == "." else rel
+
+
+def command_of(action: dict[str, Any] | str) -> str:
+    """The command of an ``execute`` action (``{"command": str}`` or a plain string).
+
+    Raises:
+        TypeError: ``action`` holds no command string.
+    """
+    command = action if isinstance(action, str) else action.get("command")
+    if not isinstance(command, str):
+        raise TypeError(f"action must be {{'command': str}}, got {action!r}")
+    return command
+
+
+def streamed_rest(output: str, streamed: str) -> str | None:
+    """What of a result's ``output`` was not streamed yet, or None when ``streamed`` is not its prefix."""
+    return output[len(streamed):] if output.startswith(streamed) else None
+
+
+def last_frame(frames: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """The last of ``frames`` (a ``Session.frames`` iterator: the result), the chunks skipped."""
+    return collections.deque(frames, maxlen=1)[0]
 
 
 def find_submission(output: str, returncode: int) -> str | None:
@@ -145,14 +177,31 @@ def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
             raise bad(f"extra.{key}", value)
 
 
+def check_chunk(frame: dict[str, Any], request: dict[str, Any]) -> str:
+    """The text of a streamed request's ``chunk`` frame.
+
+    Raises:
+        ProtocolError: the frame is not a chunk of ``request`` or its text is not a bounded string.
+    """
+    text = frame.get("output")
+    if frame.get("id") != request.get("id") or not isinstance(text, str) \
+            or len(text) > request["max_output_bytes"] + 200:
+        raise ProtocolError(f"the sandbox sent an invalid chunk ({str(frame)[:120]}); the sandbox is no longer trusted")
+    return text
+
+
 class Session(Protocol):
     """What ``Environment`` talks to: the runner over a ``Channel``, or the exec fallback."""
 
     def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
         """The session's first frame (the runner's ``ready``), read once; ``timeout`` in seconds."""
 
-    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        """Send one ``exec`` request; its ``result`` frame (``timeout``: seconds, None: no limit)."""
+    def frames(self, req: dict[str, Any], timeout: float | None) -> Iterator[dict[str, Any]]:
+        """Send one ``exec`` request; yield its ``chunk`` frames (a streamed request's), then its
+        ``result`` frame, last (``timeout``: seconds for all of them, None: no limit)."""
+
+    def cancel(self, request_id: int) -> None:
+        """From any thread: end request ``request_id`` now (its result says it was cancelled)."""
 
     def diagnose(self) -> str:
         """What the sandbox's process left behind (for errors)."""
@@ -181,6 +230,7 @@ class Channel:
         self._buf = bytearray()
         self._auth: runner.FrameAuth | None = None
         self._first: dict[str, Any] | None = None
+        self._send_lock = threading.Lock()  # a cancel from another thread never splits a frame
 
     def start_runner(self, **options: Any) -> None:
         """Hand the runner its source and a fresh key (``runner``'s hello); from now on every
@@ -200,18 +250,39 @@ class Channel:
             self._first = self.recv(timeout, unauthenticated)
         return self._first
 
-    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        """Send ``req`` and return the runner's ``result`` frame for it (same ``id``).
+    def frames(self, req: dict[str, Any], timeout: float | None) -> Iterator[dict[str, Any]]:
+        """Send ``req``; yield the runner's ``chunk`` frames for it (``"stream": true``), then its
+        ``result`` frame (same ``id``), all within ``timeout`` seconds (None: no limit).
 
         Raises:
             SandboxDied: the runner is gone, or no reply within ``timeout`` seconds.
-            ProtocolError: the reply is not that result, or is not authentic.
+            ProtocolError: a reply is not a chunk or the result of ``req``, or is not authentic.
         """
+        deadline = None if timeout is None else time.monotonic() + timeout
         self.send(req)
-        reply = self.recv(timeout)
-        if reply.get("op") != "result" or reply.get("id") != req.get("id"):
-            raise ProtocolError(f"expected the result of request {req.get('id')}, got {str(reply)[:200]}")
-        return reply
+        while True:
+            reply = self.recv(timeout, deadline=deadline)
+            if reply.get("op") == "chunk" and req.get("stream"):
+                yield reply
+                continue
+            if reply.get("op") != "result" or reply.get("id") != req.get("id"):
+                raise ProtocolError(f"expected the result of request {req.get('id')}, got {str(reply)[:200]}")
+            yield reply
+            return
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """Send ``req`` and return the runner's ``result`` frame for it (``frames``' last). Raises as
+        ``frames``."""
+        return last_frame(self.frames(req, timeout))
+
+    def cancel(self, request_id: int) -> None:
+        """From any thread: ask the runner to end request ``request_id`` (its tree is killed as on a
+        timeout; the result, still to be read, says it was cancelled).
+
+        Raises:
+            SandboxDied: the runner cannot be written to.
+        """
+        self.send({"op": "cancel", "id": request_id})
 
     @property
     def _process(self) -> subprocess.Popen[bytes]:
@@ -241,26 +312,31 @@ class Channel:
     def send(self, obj: dict[str, Any]) -> None:
         data = json.dumps(obj).encode()
         frame = struct.pack(">I", len(data)) + data
-        if self._auth is not None:
-            frame += self._auth.sign(frame)
         try:
-            self._write(frame)
+            with self._send_lock:  # signed and written in one order: the MACs count frames
+                if self._auth is not None:
+                    frame += self._auth.sign(frame)
+                self._write(frame)
         except (OSError, ValueError) as exc:
             raise SandboxDied(f"the sandbox is gone (cannot write to its runner: {exc}). {self.diagnose()}") from None
 
-    def recv(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
+    def recv(self, timeout: float | None, unauthenticated: tuple[str, ...] = (), *,
+             deadline: float | None = None) -> dict[str, Any]:
         """Next frame from the runner (with its raw ``output`` put back in, see ``runner``).
 
         Args:
             timeout: seconds to wait for the whole frame; None: no limit.
             unauthenticated: ops accepted without a MAC (a container launcher's ``nopython``, sent
                 before anything of the sandbox's runs); every other frame must carry a valid one.
+            deadline: the ``time.monotonic()`` by which the frame must be read, when ``timeout``
+                started earlier (a request's later frames); None: ``timeout`` from now.
 
         Raises:
             SandboxDied: end of file, or nothing within ``timeout`` seconds.
             ProtocolError: an oversized, undecodable, unauthenticated or non-object frame.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if deadline is None and timeout is not None:
+            deadline = time.monotonic() + timeout
         self._fill(4, deadline, timeout)
         end = 4 + self._checked(struct.unpack(">I", self._buf[:4])[0])
         self._fill(end, deadline, timeout)
@@ -427,6 +503,7 @@ class Environment:
         self._closed = False
         self._lock = threading.RLock()
         self._seq = 0
+        self._running: int | None = None  # the id of the request in flight (``cancel``)
         self.info: dict[str, Any] = {}
 
     # -- primitives backends provide -------------------------------------------------------------
@@ -524,22 +601,116 @@ class Environment:
         Returns:
             dict: ``output`` (str), ``returncode`` (int; 128+N on signal N, -1 if unfinished),
             ``exception_info`` (str), ``extra`` (``timed_out``, ``truncated``, ``output_bytes``,
-            ``dropped_bytes``, ``duration_s``).
+            ``dropped_bytes``, ``duration_s``; ``cancelled`` (True) after ``cancel()``).
 
         Raises:
             Submitted: the output's first non-empty line is the sentinel and returncode is 0.
             SandboxDied: the sandbox died or vanished (the environment is closed then).
             SandboxStartError: the sandbox could not be started.
         """
-        command = action if isinstance(action, str) else action.get("command")
-        if not isinstance(command, str):
-            raise TypeError(f"action must be {{'command': str}}, got {action!r}")
-        result = self._run(command, cwd, timeout)
+        return self._finished(self._run(command_of(action), cwd, timeout))
+
+    def stream(self, action: dict[str, Any] | str, cwd: str = "", *,
+               timeout: float | None = None) -> Iterator[StreamEvent]:
+        """Run one command as ``execute`` does, yielding its output as it is written.
+
+        Yields ``StreamEvent(text=...)`` chunks (merged stdout and stderr in the order written, whole
+        UTF-8 characters, at most ``runner.STREAM_INTERVAL_S`` apart while output flows, only what
+        the output cap keeps: the kept tail and the truncation marker come at the end), then one
+        ``StreamEvent(result=...)``: the dict ``execute`` returns. The texts joined equal its
+        ``output``.
+
+        Closing the iterator early (``break``, an exception in the loop's body, ``close()``) cancels
+        the command: its whole tree is killed and the runner's record read before ``close`` returns
+        (within ~0.5 s; the sandbox stays usable). While open it holds the environment's lock:
+        iterate and close it in one thread.
+
+        Args:
+            action, cwd, timeout: as for ``execute``.
+
+        Raises:
+            Submitted: at the end, instead of the last event, when the output submits (``execute``'s rule).
+            SandboxDied, SandboxStartError, ProtocolError: as ``execute``.
+        """
+        command = command_of(action)
+        timeout = check_timeout(self.config.timeout if timeout is None else timeout)
+        with self._lock:
+            frames = self._exchange(self._request(command, cwd, timeout, stream=True))
+            sent: list[str] = []
+            reply: dict[str, Any] = {}
+            waiting = False  # True while the consumer holds a chunk: leaving then cancels
+            try:
+                for frame in frames:
+                    if frame["op"] == "result":
+                        reply = frame
+                        continue
+                    sent.append(frame["output"])
+                    waiting = True
+                    yield StreamEvent(text=frame["output"])
+                    waiting = False
+            finally:
+                if waiting:
+                    self._abandon(frames)
+        result = self._result_of(reply)
+        rest = streamed_rest(result["output"], "".join(sent))
+        if rest is None:
+            self.close()
+            raise ProtocolError("the sandbox streamed output that its result does not hold; "
+                                "the sandbox is no longer trusted")
+        if rest:
+            yield StreamEvent(text=rest)
+        yield StreamEvent(result=self._finished(result))
+
+    def cancel(self) -> None:
+        """End the command running in this environment now, from any thread; the sandbox stays usable.
+
+        The command's whole tree is killed as on a timeout, and the running ``execute`` (or
+        ``stream``) returns its record: ``returncode`` -1, ``exception_info``
+        ``runner.CANCELLED_MESSAGE``, ``extra["cancelled"]`` True, the output so far. Does nothing
+        when no command runs; never raises (a dead sandbox is the running call's to report).
+        """
+        channel, running = self._channel, self._running
+        if channel is None or running is None:
+            return
+        try:
+            channel.cancel(running)
+        except (SandboxError, OSError):
+            pass
+
+    def _abandon(self, frames: Iterator[dict[str, Any]]) -> None:
+        """A stream left early: cancel its command and read to its result (dropped); a runner that
+        does not answer within ``CANCEL_WAIT_S`` seconds is closed from a timer thread."""
+        guard = threading.Timer(CANCEL_WAIT_S, self.close)
+        guard.daemon = True
+        guard.start()
+        try:
+            self.cancel()
+            for _ in frames:
+                pass
+        except SandboxError:
+            pass  # _exchange closed the environment; leaving the stream raises nothing new
+        finally:
+            guard.cancel()
+
+    def _finished(self, result: dict[str, Any]) -> dict[str, Any]:
+        """``result`` after the backend's check and the submission rule (``execute``'s end)."""
         self._check_result(result)
         submission = find_submission(result["output"], result["returncode"])
         if submission is not None:
             raise self.submitted_error(submission, result)
         return result
+
+    def _request(self, command: str, cwd: str, timeout: float | None, stream: bool = False) -> dict[str, Any]:
+        """The runner's ``exec`` request (its ``id`` is set when it is sent)."""
+        request: dict[str, Any] = {"op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
+                   "timeout": timeout, "max_output_bytes": self.config.max_output_bytes}
+        if stream:
+            request["stream"] = True
+        return request
+
+    @staticmethod
+    def _result_of(reply: dict[str, Any]) -> dict[str, Any]:
+        return {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
 
     def _run(self, command: str, cwd: str = "", timeout: float | None = None) -> dict[str, Any]:
         """One command's result dict, without the hooks and the submission check (``execute``).
@@ -551,23 +722,27 @@ class Environment:
         """
         timeout = check_timeout(self.config.timeout if timeout is None else timeout)
         with self._lock:  # one command at a time per sandbox; callers in other threads wait
-            reply = self._round_trip({
-                "op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
-                "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
-            })
-        return {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
+            reply = last_frame(self._exchange(self._request(command, cwd, timeout)))
+        return self._result_of(reply)
 
-    def _round_trip(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send one request and return its reply; a lost or confused runner closes the sandbox."""
+    def _exchange(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Send one request; yield its chunk frames, then its result, each checked (``check_chunk``,
+        ``check_result``). A lost or confused runner closes the sandbox (``ConnectionLost``: only the
+        session). Call it under the lock."""
         self.start()
         self._seq += 1
         request["id"] = self._seq
         timeout = request["timeout"]
         channel = self._channel
         assert channel is not None  # start() set it or raised
+        self._running = request["id"]
         try:
-            reply = channel.request(request, None if timeout is None else timeout + HOST_GRACE_S)
-            check_result(reply, request["max_output_bytes"])
+            for frame in channel.frames(request, None if timeout is None else timeout + HOST_GRACE_S):
+                if frame.get("op") == "chunk":
+                    check_chunk(frame, request)
+                else:
+                    check_result(frame, request["max_output_bytes"])
+                yield frame
         except SandboxDied as exc:
             lost = self._lost_connection(exc)
             if lost is not None:
@@ -578,7 +753,8 @@ class Environment:
         except SandboxError:
             self.close()
             raise
-        return reply
+        finally:
+            self._running = None
 
     def _drop_session(self) -> None:
         """After ``ConnectionLost``: close the session and the connection, keep the environment open."""

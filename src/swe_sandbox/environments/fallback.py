@@ -40,16 +40,17 @@ from __future__ import annotations
 
 import math
 import os
+import selectors
 import shlex
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from typing import Any, Protocol
 
 from swe_sandbox import capabilities as cap
 from swe_sandbox import runner
-from swe_sandbox.environments.base import HOST_GRACE_S
+from swe_sandbox.environments.base import HOST_GRACE_S, last_frame
 from swe_sandbox.errors import ProtocolError, SandboxDied
 
 STATUS_PREFIX = "swe-sandbox-status "
@@ -186,6 +187,18 @@ exit "$rc"
 """
 
 
+#: What ``ExecFallbackChannel.cancel`` runs in its own exec: ``kill_holders`` on the command's token
+#: (``$1``), and on its trace file (read from a token holder's fd 9, before the first kill), three rounds.
+CANCEL_SCRIPT = KILL_HOLDERS + r"""
+trace=
+command eval 'holders_=$(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$1" /proc/[0-9]*/environ 2>/dev/null)'
+for f in $holders_; do [ -n "$trace" ] || command eval 'trace=$(readlink "${f%/environ}/fd/9" 2>/dev/null)'; done
+for round in 1 2 3; do kill_holders "SWE_SANDBOX_CMD=$1" "$trace" 9; done
+"""
+#: How long the cancel's exec may take (seconds) before it is left to itself.
+CANCEL_EXEC_S = 5.0
+
+
 class ExecHandle(Protocol):
     """One process started in the sandbox by a backend (``subprocess.Popen`` fits)."""
 
@@ -289,6 +302,8 @@ class ExecFallbackChannel:
         self.run_trace = "" if trace_dir is None else trace_path(trace_dir, self.run_id)
         self.seq = 0
         self.tokens: list[str] = []  # of the commands run so far (the last SPARED_TOKENS are spared)
+        self.running: tuple[int, str] | None = None  # (request id, token) of the command running
+        self.cancelled_id: int | None = None  # the request ``cancel`` was asked for
         self.info = {"op": "ready", "protocol": runner.PROTOCOL_VERSION, "mode": "exec", "python": None,
                      **(info or {})}
         self._last_error = ""
@@ -298,8 +313,10 @@ class ExecFallbackChannel:
         """The ``ready`` facts (no process to wait for: every command starts its own)."""
         return self.info
 
-    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
-        """Run the ``exec`` request ``req`` as one exec; its result, with the request's ``id``.
+    def frames(self, req: dict[str, Any], timeout: float | None) -> Iterator[dict[str, Any]]:
+        """Run the ``exec`` request ``req`` as one exec: yield its ``chunk`` frames as the exec's
+        output arrives (``"stream": true``: ``runner.StreamTap``, as the runner does), then its result,
+        each with the request's ``id``.
 
         ``timeout`` is not used: the command's own (``req["timeout"]``) plus ``HOST_GRACE_S`` bounds
         the wait.
@@ -308,9 +325,32 @@ class ExecFallbackChannel:
             SandboxDied: the exec could not start, or gave no status.
             ProtocolError: the status was tampered with.
         """
-        reply = self._run(req)
+        reply = yield from self._run(req)
         reply["id"] = req.get("id")
-        return reply
+        yield reply
+
+    def request(self, req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+        """``frames``' result (its last frame). Raises as ``frames``."""
+        return last_frame(self.frames(req, timeout))
+
+    def cancel(self, request_id: int) -> None:
+        """From any thread: kill the command of request ``request_id`` if it is the one running (one
+        more exec, ``CANCEL_SCRIPT``, started from a thread of its own); its result then says it was
+        cancelled. Best effort: nothing is raised."""
+        running = self.running
+        if running is None or running[0] != request_id:
+            return
+        self.cancelled_id = request_id
+        argv = ["sh", "-c", CANCEL_SCRIPT, SCRIPT_NAME + "-cancel", running[1]]
+        threading.Thread(target=self._kill_exec, args=(argv,), daemon=True, name="swe-sandbox-cancel").start()
+
+    def _kill_exec(self, argv: list[str]) -> None:
+        try:
+            proc = self.start_exec(argv)
+            proc.stdin.close()
+            proc.wait(timeout=CANCEL_EXEC_S)
+        except Exception:  # noqa: BLE001 - best effort: a sandbox gone is the command's read to report
+            pass
 
     def diagnose(self) -> str:
         return self._last_error
@@ -328,7 +368,8 @@ class ExecFallbackChannel:
         """Nothing to end: no process outlives its command (the backend sweeps what commands left)."""
 
     # -- one command ----------------------------------------------------------------------------
-    def _run(self, req: dict[str, Any]) -> dict[str, Any]:
+    def _run(self, req: dict[str, Any]) -> Generator[dict[str, Any], None, dict[str, Any]]:
+        """Yield ``req``'s chunk frames; return its result (``frames``)."""
         self.seq += 1
         started = time.monotonic()
         timeout = req.get("timeout")
@@ -344,14 +385,19 @@ class ExecFallbackChannel:
             proc = self.proc = self.start_exec(argv)
         except OSError as exc:
             raise SandboxDied(f"the sandbox is gone (cannot start a command in it: {exc})") from None
+        self.running = (int(req.get("id") or 0), token)
         try:
-            return self._finish(req, proc, buf, started, timeout)
+            result = yield from self._finish(req, proc, buf, started, timeout)
         finally:
-            self.proc = None
+            self.proc = self.running = None
+        if self.cancelled_id is not None and self.cancelled_id == req.get("id") and not result["extra"]["timed_out"]:
+            return runner.make_result(None, -1, runner.CANCELLED_MESSAGE, started, buf, cancelled=True)
+        return result
 
     def _finish(self, req: dict[str, Any], proc: ExecHandle, buf: runner.OutputBuffer, started: float,
-                timeout: float | None) -> dict[str, Any]:
-        """Feed the command in, read its output and status, and build its result."""
+                timeout: float | None) -> Generator[dict[str, Any], None, dict[str, Any]]:
+        """Feed the command in, read its output (yielding chunk frames when streamed) and status;
+        return its result."""
         stderr_chunks: list[bytes] = []
         err_thread = threading.Thread(target=_read_all, args=(proc.stderr, stderr_chunks), daemon=True)
         err_thread.start()
@@ -365,7 +411,14 @@ class ExecFallbackChannel:
             except (OSError, ValueError):
                 pass
         deadline = None if timeout is None else started + float(timeout) + HOST_GRACE_S
-        if not self._read_output(proc, buf, deadline):
+        tap = runner.StreamTap(buf) if req.get("stream") else None
+        read_all = False
+        for text in self._read_output(proc, buf, deadline, tap):
+            if text is None:
+                read_all = True
+            else:
+                yield {"op": "chunk", "id": req.get("id"), "output": text}
+        if not read_all:
             proc.kill()
             proc.wait()
             assert timeout is not None  # only a deadline runs out
@@ -390,22 +443,27 @@ class ExecFallbackChannel:
         return runner.make_result(None, rc, "", started, buf)
 
     @staticmethod
-    def _read_output(proc: ExecHandle, buf: runner.OutputBuffer, deadline: float | None) -> bool:
-        """Feed ``proc``'s stdout into ``buf`` until end of file; False when ``deadline`` passed."""
-        import selectors
-
+    def _read_output(proc: ExecHandle, buf: runner.OutputBuffer, deadline: float | None,
+                     tap: runner.StreamTap | None) -> Iterator[str | None]:
+        """Feed ``proc``'s stdout into ``buf`` until end of file, then yield None; stop when
+        ``deadline`` passed. With ``tap``, yield the chunks to stream meanwhile."""
         fd = proc.stdout.fileno()
         with selectors.DefaultSelector() as sel:
             sel.register(fd, selectors.EVENT_READ)
             while True:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                if not sel.select(left):
+                now = time.monotonic()
+                if tap is not None and (text := tap.take(now)):
+                    yield text
+                waits = [t for t in (deadline, tap.due() if tap is not None else None) if t is not None]
+                left = min(waits) - now if waits else None
+                if deadline is not None and now >= deadline:
+                    return
+                if not sel.select(None if left is None else max(0.0, left)):
                     continue
                 data = os.read(fd, runner.READ_CHUNK)
                 if not data:
-                    return True
+                    yield None
+                    return
                 buf.feed(data)
 
 
