@@ -586,9 +586,9 @@ class Runner(object):
             if exited.is_set():
                 if eof:
                     break
-                if drain_end is None:
+                if drain_end is None:  # one more select first: what the shell wrote last may be unread
                     drain_end = now + DRAIN_MAX_S
-                if now >= drain_end or now - last_data >= DRAIN_IDLE_S:
+                elif now >= drain_end or now - last_data >= DRAIN_IDLE_S:
                     break
             waits = [t for t in (deadline, drain_end, next_reap, tap and tap.due()) if t is not None]
             if drain_end is not None:
