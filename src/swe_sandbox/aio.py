@@ -20,7 +20,7 @@ docstring for the full table): MEASURED_FIGURES
 
 Cancellation. When the task awaiting ``execute()`` (or iterating ``stream()``) is cancelled, the
 sync environment's ``cancel()`` is called from the loop, the call waits (shielded, at most
-``CANCEL_WAIT_S``) for the worker to finish, then ``CancelledError`` is raised again, never
+``CANCELLED_CALL_WAIT_S``) for the worker to finish, then ``CancelledError`` is raised again, never
 swallowed (``asyncio.timeout`` and ``TaskGroup`` depend on it). The command's whole tree is killed
 as a timeout would kill it, and the sandbox stays usable. The sync side got the cancelled record
 (returncode -1, ``extra["cancelled"]`` True, ``exception_info`` ``runner.CANCELLED_MESSAGE``, the
@@ -58,7 +58,7 @@ T = TypeVar("T")
 #: Name (prefix) of each environment's worker thread.
 WORKER_NAME = "swe-sandbox-aio"
 #: Longest wait, in seconds, for a cancelled command's call to end before ``CancelledError`` is re-raised.
-CANCEL_WAIT_S = 2.0
+CANCELLED_CALL_WAIT_S = 2.0
 #: Seconds between two ``cancel()`` calls while a cancelled command has not ended (a cancel that
 #: came before the command reached the sandbox is a no-op there, so it is repeated).
 CANCEL_RETRY_S = 0.1
@@ -309,12 +309,12 @@ class AsyncEnvironment:
             raise
 
     async def _stop_command(self, job: _Job[Any], future: concurrent.futures.Future[Any]) -> None:
-        """Cancel ``job``'s command and wait (at most ``CANCEL_WAIT_S``, through further
+        """Cancel ``job``'s command and wait (at most ``CANCELLED_CALL_WAIT_S``, through further
         cancellations) for the worker to finish it; its result or error is dropped."""
         if future.cancel() or future.done():
             return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + CANCEL_WAIT_S
+        deadline = loop.time() + CANCELLED_CALL_WAIT_S
         waiter = asyncio.wrap_future(future)
         waiter.add_done_callback(_retrieve)  # its result or error is nobody's: the caller was cancelled
         while not waiter.done() and loop.time() < deadline:
