@@ -16,6 +16,8 @@ machine load hits every method alike), after a warm-up:
   what the container backends would cost with one exec per command.
 - ``local``, ``bwrap``, ``docker``, ``podman``: ``env.execute({"command": CMD})`` on one environment
   reused for every call.
+- ``NAME stream``: ``env.stream({"command": CMD})`` iterated to its result, on a second environment of
+  the backend (the runner then sends chunk frames as output comes): the cost of streaming.
 
 Reported per command: median and p90 in ms, the ratio to the fork median, and the overhead (median
 minus the fork median).
@@ -123,6 +125,20 @@ def backend_method(name: str, stack: contextlib.ExitStack) -> Method:
     return call
 
 
+def stream_method(name: str, stack: contextlib.ExitStack) -> Method:
+    environment = get_environment(name)
+    stack.callback(environment.close)
+    environment.start()
+
+    def call(cmd: str) -> None:
+        events = list(environment.stream({"command": cmd}, timeout=30))
+        result = events[-1].result
+        if result is None or result["returncode"] != 0 or "".join(e.text for e in events) != EXPECTED[cmd]:
+            raise SystemExit(f"backend {name} (stream) failed on {cmd!r}: {events}")
+
+    return call
+
+
 def make_methods(backends: list[str], stack: contextlib.ExitStack) -> dict[str, Method]:
     methods: dict[str, Method] = {"fork": lambda cmd: run_checked(["bash", "-c", cmd], EXPECTED[cmd])}
     if "bwrap" in backends:
@@ -131,6 +147,7 @@ def make_methods(backends: list[str], stack: contextlib.ExitStack) -> dict[str, 
         methods[f"{name} exec/cmd"] = exec_cmd_method(name, stack)
     for name in backends:
         methods[name] = backend_method(name, stack)
+        methods[f"{name} stream"] = stream_method(name, stack)
     return methods
 
 

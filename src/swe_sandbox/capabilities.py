@@ -33,6 +33,9 @@ ORPHAN_SWEEP = "orphan_sweep"
 NOT_HOST_ROOT = "not_host_root"
 SETID_FREE_WORKSPACE = "setid_free_workspace"
 FILES_OUTSIDE_WORKSPACE = "files_outside_workspace"
+COMMAND_STDIN = "command_stdin"
+SEPARATE_STDERR = "separate_stderr"
+RUN_AS_USER = "run_as_user"
 HOST_ISOLATION = "host_isolation"
 HOST_VISIBLE_PROCESSES = "host_visible_processes"
 
@@ -49,6 +52,9 @@ CAPABILITIES: dict[str, str] = {
     NOT_HOST_ROOT: "commands do not run as the host's root (nor may write its kernel settings)",
     SETID_FREE_WORKSPACE: "no setuid/setgid file made by a command reaches a host workspace",
     FILES_OUTSIDE_WORKSPACE: "upload/download reach any absolute path of the sandbox, not only the workspace",
+    COMMAND_STDIN: "a command can be given bytes on its stdin (``execute(..., stdin=...)``) instead of /dev/null",
+    SEPARATE_STDERR: "a command's stdout and stderr can be kept apart (``execute(..., separate_stderr=True)``)",
+    RUN_AS_USER: "a command can run as another user of the sandbox (``execute(..., user=...)``)",
     HOST_ISOLATION: "commands run in a sandbox, not directly on a host (attacks on the host are tried "
                     "for real, not replaced by harmless probes)",
     HOST_VISIBLE_PROCESSES: "the sandbox's processes show in this host's /proc (same kernel)",

@@ -43,6 +43,7 @@ import hashlib
 import hmac
 import json
 import os
+import select
 import selectors
 import signal
 import struct
@@ -58,6 +59,8 @@ MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
 #: string: escaping every newline of 10 MiB of output cost ~0.25 s to decode alone under load.
 RAW_OUTPUT_MIN = 1 << 16
+#: Largest stdin a request may carry (bytes).
+MAX_INPUT_BYTES = 1 << 30
 #: How the transport starts the runner: ``python3 -c BOOTSTRAP``, then writes the decimal length
 #: of the runner source, a newline, and the source itself on the runner's stdin.
 BOOTSTRAP = (
@@ -92,6 +95,11 @@ READ_CHUNK = 1 << 20
 #: A streamed command sends at most one chunk frame per this many seconds (a chunk follows output
 #: at once when none went out for this long): at most 20 frames a second whatever it prints.
 STREAM_INTERVAL_S = 0.05
+#: Bytes of output per chunk frame: with its JSON and MAC a frame stays under ``PIPE_BUF`` (4096),
+#: so writing it to a pipe that has room never blocks (a stalled host never holds up a timeout).
+CHUNK_BYTES = 1024
+#: At most this many chunk frames go out at once (then the next interval).
+CHUNK_FRAMES_MAX = 256
 #: ``exception_info`` of a command the host cancelled (``{"op": "cancel"}``).
 CANCELLED_MESSAGE = "The command was cancelled"
 # linux/prctl.h
@@ -126,10 +134,12 @@ class FrameAuth(object):
         return hmac.compare_digest(self._mac(1, data), mac)
 
 
-def write_frame(stream, obj, auth=None):
+def write_frame(stream, obj, auth=None, raw=False):
+    """Write ``obj`` as one frame (its MAC after it with ``auth``); an ``output`` longer than
+    ``RAW_OUTPUT_MIN`` (any, with ``raw``) follows the JSON as raw UTF-8."""
     blob = b""
     text = obj.get("output")
-    if isinstance(text, str) and len(text) > RAW_OUTPUT_MIN:
+    if isinstance(text, str) and text and (raw or len(text) > RAW_OUTPUT_MIN):
         blob = text.encode("utf-8", "replace")
         obj = dict(obj, output=None, output_follows=len(blob))
     data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "replace")
@@ -145,7 +155,8 @@ class BadFrame(Exception):
 
 
 def read_frame(stream, auth=None):
-    """Return the next decoded frame, or None at end of file.
+    """Return the next decoded frame, or None at end of file. A request's raw ``input`` (the
+    command's stdin: ``"input_follows": N`` bytes after the JSON, under the MAC) is put in as bytes.
 
     Raises:
         BadFrame: ``auth`` is given and the frame's MAC is wrong, or the frame is not JSON.
@@ -157,16 +168,27 @@ def read_frame(stream, auth=None):
     data = stream.read(size)
     if len(data) < size:
         return None
+    try:
+        frame = json.loads(data.decode("utf-8"))
+    except ValueError:
+        raise BadFrame("a frame is not JSON") from None
+    blob = b""
+    follows = frame.get("input_follows") if isinstance(frame, dict) else None
+    if follows is not None:
+        if not isinstance(follows, int) or not 0 <= follows <= MAX_INPUT_BYTES:
+            raise BadFrame("a frame announced %r bytes of input" % (follows,))
+        blob = stream.read(follows)
+        if len(blob) < follows:
+            return None
     if auth is not None:
         mac = stream.read(MAC_SIZE)
         if len(mac) < MAC_SIZE:
             return None
-        if not auth.verify(header + data, mac):
+        if not auth.verify(header + data + blob, mac):
             raise BadFrame("a frame failed authentication")
-    try:
-        return json.loads(data.decode("utf-8"))
-    except ValueError:
-        raise BadFrame("a frame is not JSON") from None
+    if follows is not None:
+        frame["input"] = blob
+    return frame
 
 
 class OutputBuffer(object):
@@ -234,15 +256,23 @@ class StreamTap(object):
             return None
         return self.last + STREAM_INTERVAL_S
 
-    def take(self, now):
-        """The text to send now (``""`` when nothing is due yet)."""
+    def take(self, now, limit=None):
+        """The text of (at most ``limit`` of) the bytes not sent yet, when a chunk is due at ``now``;
+        ``""`` when none is. Once all was taken, the next chunk is due ``STREAM_INTERVAL_S`` later."""
         due = self.due()
         if due is None or now < due:
             return ""
-        new = bytes(self.buf.head[self.sent:])
-        self.sent += len(new)
-        self.last = now
+        head = self.buf.head
+        end = len(head) if limit is None else min(len(head), self.sent + limit)
+        new = bytes(head[self.sent:end])
+        self.sent = end
+        if end == len(head):
+            self.last = now
         return self.decoder.decode(new)
+
+    def defer(self, now):
+        """Nothing may go out now (the channel is full): the next chunk is due an interval later."""
+        self.last = now
 
 
 def proc_stat(pid):
@@ -474,12 +504,16 @@ class Runner(object):
             return None if self.closing else self.requests.pop(0)
 
     @staticmethod
-    def command_fd(command):
-        """An unlinked file holding ``command`` (memfd where there is one: nothing touches disk)."""
-        try:
-            data = command.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a lone surrogate: pass it on rather than fail
-            data = command.encode("utf-8", "surrogatepass")
+    def command_fd(command, rewind=False):
+        """An unlinked file holding ``command`` (str, or bytes: a stdin), memfd where there is one
+        (nothing touches disk); ``rewind``: its offset back at 0, to be read as a stdin."""
+        if isinstance(command, bytes):
+            data = command
+        else:
+            try:
+                data = command.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a lone surrogate: pass it on rather than fail
+                data = command.encode("utf-8", "surrogatepass")
         try:
             fd = os.memfd_create("swe-sandbox-command", os.MFD_CLOEXEC)
         except (AttributeError, OSError):
@@ -488,6 +522,8 @@ class Runner(object):
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
+        if rewind:
+            os.lseek(fd, 0, os.SEEK_SET)
         return fd
 
     def cancelled(self, req):
@@ -499,38 +535,46 @@ class Runner(object):
         self.seq += 1
         started = time.monotonic()
         if self.cancelled(req):  # cancelled before it started: nothing to run
-            return make_result(None, -1, CANCELLED_MESSAGE, started, OutputBuffer(1 << 20), cancelled=True)
+            return early_result(req, CANCELLED_MESSAGE, -1, started, cancelled=True)
         cwd = req.get("cwd") or os.getcwd()
         if not os.path.isdir(cwd):
             msg = bad_cwd_message(cwd, "notdir" if os.path.exists(cwd) else "missing")
-            return make_result(msg + "\n", 1, msg, started, OutputBuffer(1 << 20))
+            return early_result(req, msg, 1, started)
         token = "%s.%d.%s" % (self.run_id, self.seq, os.urandom(8).hex())
         env = dict(os.environ)
         env.update(req.get("env") or {})
         env[RUN_TOKEN_VAR] = self.run_id
         env[CMD_TOKEN_VAR] = token
+        as_user, refusal = user_options(req.get("user"), env)
+        if refusal is not None:
+            return early_result(req, refusal[1], 1, started, user_error=refusal[0])
         command_fd = self.command_fd(req["command"])
-        read_fd, write_fd = os.pipe()
+        stdin = self.command_fd(req["input"], rewind=True) if req.get("input") is not None else subprocess.DEVNULL
+        outputs, ends = open_outputs(req)
         try:
             # bash expands $(< /dev/fd/N) first, then closes N for the command itself.
             proc = self.spawn(
                 ["bash", "-c", OOM_FIRST + 'eval "$(< /dev/fd/%d)" %d<&-' % (command_fd, command_fd)],
-                stdin=subprocess.DEVNULL, stdout=write_fd, stderr=write_fd, pass_fds=(command_fd,),
-                cwd=cwd, env=env, start_new_session=True, close_fds=True,
+                stdin=stdin, stdout=ends[0], stderr=ends[-1], pass_fds=(command_fd,),
+                cwd=cwd, env=env, start_new_session=True, close_fds=True, **as_user
             )
         except OSError as exc:
-            os.close(read_fd)
+            for output in outputs:
+                os.close(output.fd)
+            if as_user and isinstance(exc, PermissionError):
+                msg = "swe-sandbox: cannot run as user %s: %s" % (req.get("user"), exc)
+                return early_result(req, msg, 126, started, user_error="not_permitted")
             msg = "swe-sandbox: could not start bash: %s" % exc
-            return make_result(msg + "\n", 127, msg, started, OutputBuffer(1 << 20))
+            return early_result(req, msg, 127, started)
         finally:
-            os.close(write_fd)
-            os.close(command_fd)
+            for fd in set(ends) | {command_fd} | ({stdin} if stdin != subprocess.DEVNULL else set()):
+                os.close(fd)
         marker = ("\0%s=%s\0" % (CMD_TOKEN_VAR, token)).encode()
         stat = proc_stat(proc.pid)
         tags = (marker, stat and stat[3], frozenset(self.tokens))
         self.tokens.add(token.encode())
         try:
-            return self.collect(req, proc, read_fd, tags, started)
+            return self.collect(req, proc, outputs, tags, started)
         except BaseException:  # whatever went wrong here, the command's tree does not outlive it
             kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
             raise
@@ -548,8 +592,7 @@ class Runner(object):
                 self.reap()
                 time.sleep(0.05)
 
-    def collect(self, req, proc, read_fd, tags, started):
-        buf = OutputBuffer(int(req.get("max_output_bytes") or 10 << 20))
+    def collect(self, req, proc, outputs, tags, started):
         exited = threading.Event()
 
         def wait():
@@ -558,13 +601,13 @@ class Runner(object):
             self.wake()
 
         polling = not start_thread(wait)  # no thread to be had (a fork bomb): poll the status
-        tap = StreamTap(buf) if req.get("stream") else None
         timeout = req.get("timeout")
         deadline = None if timeout is None else started + float(timeout)
         sel = selectors.DefaultSelector()
-        sel.register(read_fd, selectors.EVENT_READ, "out")
-        sel.register(self.wake_r, selectors.EVENT_READ, "wake")
-        eof = timed_out = False
+        for output in outputs:
+            sel.register(output.fd, selectors.EVENT_READ, output)
+        sel.register(self.wake_r, selectors.EVENT_READ, None)
+        timed_out = cancelled = False
         drain_end = None
         last_data = next_reap = time.monotonic()
         while True:
@@ -574,75 +617,85 @@ class Runner(object):
             if now >= next_reap:  # orphans of background jobs: no zombie pile-up in a long command
                 self.reap(keep=proc.pid)
                 next_reap = now + REAP_S
-            if tap is not None:
-                self.send_chunk(req, tap.take(now))
+            for output in outputs:
+                self.send_chunks(req, output, now)
             cancelled = self.cancelled(req)
             if self.closing or cancelled or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not (self.closing or cancelled)
                 kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
-                eof = self.read_until(sel, read_fd, buf, time.monotonic() + KILL_COLLECT_S, eof)
+                self.read_until(sel, outputs, time.monotonic() + KILL_COLLECT_S)
                 exited.wait(0.2)  # the status is not needed: a timeout reports -1
                 break
             if exited.is_set():
-                if eof:
+                if all(output.eof for output in outputs):
                     break
                 if drain_end is None:  # one more select first: what the shell wrote last may be unread
                     drain_end = now + DRAIN_MAX_S
                 elif now >= drain_end or now - last_data >= DRAIN_IDLE_S:
                     break
-            waits = [t for t in (deadline, drain_end, next_reap, tap and tap.due()) if t is not None]
+            waits = [t for t in (deadline, drain_end, next_reap) if t is not None]
+            waits.extend(output.tap.due() for output in outputs if output.tap and output.tap.due() is not None)
             if drain_end is not None:
                 waits.append(last_data + DRAIN_IDLE_S)
             wait_s = max(0.0, min(waits) - now) if waits else None
             if polling:
                 wait_s = POLL_S if wait_s is None else min(wait_s, POLL_S)
-            for key, _ in sel.select(wait_s):
-                if key.data == "wake":
-                    os.read(self.wake_r, 4096)
-                elif not eof:
-                    data = os.read(read_fd, READ_CHUNK)
-                    if data:
-                        buf.feed(data)
-                        last_data = time.monotonic()
-                    else:
-                        eof = True
-                        sel.unregister(read_fd)
+            if self.read_ready(sel, wait_s):
+                last_data = time.monotonic()
         sel.close()
-        if eof:
-            os.close(read_fd)
-        elif not start_thread(discard, read_fd):
-            os.close(read_fd)  # no thread to be had: background writers get EPIPE rather than block
+        for output in outputs:
+            output.finish()
         if timed_out:
-            return make_result(None, -1, timeout_message(timeout), started, buf, timed_out=True)
+            return command_result(outputs, -1, timeout_message(timeout), started, timed_out=True)
         if self.closing:
-            return make_result(None, -1, "The sandbox was closed during the command", started, buf)
+            return command_result(outputs, -1, "The sandbox was closed during the command", started)
         if cancelled:
-            return make_result(None, -1, CANCELLED_MESSAGE, started, buf, cancelled=True)
+            return command_result(outputs, -1, CANCELLED_MESSAGE, started, cancelled=True)
         code = proc.returncode
-        return make_result(None, 128 - code if code < 0 else code, "", started, buf)
+        return command_result(outputs, 128 - code if code < 0 else code, "", started)
 
-    def send_chunk(self, req, text):
-        """Send one ``chunk`` frame of streamed request ``req`` (nothing for ``""``)."""
-        if text:
-            write_frame(self.stdout, {"op": "chunk", "id": req.get("id"), "output": text}, self.auth)
+    def read_ready(self, sel, wait_s):
+        """Read what is ready within ``wait_s`` seconds into the outputs; True when data came."""
+        got = False
+        for key, _ in sel.select(wait_s):
+            if key.data is None:
+                os.read(self.wake_r, 4096)
+            elif not key.data.eof:
+                if key.data.read():
+                    got = True
+                else:
+                    sel.unregister(key.fd)
+        return got
 
-    def read_until(self, sel, read_fd, buf, until, eof):
-        """After a kill: read what is left until end of file or ``until``; return eof."""
-        while not eof:
+    def send_chunks(self, req, output, now):
+        """Send what ``output``'s tap has due as ``chunk`` frames of streamed request ``req``, only
+        while the channel has room: small frames (``CHUNK_BYTES``) into a writable pipe never block,
+        so a host that stops reading stalls the stream, never the command's timeout."""
+        tap = output.tap
+        for _ in range(CHUNK_FRAMES_MAX if tap is not None else 0):
+            if tap.due() is None or tap.due() > now:
+                return
+            try:
+                room = select.select([], [self.stdout], [], 0)[1]
+            except (OSError, ValueError):
+                room = [self.stdout]  # not selectable: write as any frame is written
+            if not room:
+                tap.defer(now)
+                return
+            text = tap.take(now, CHUNK_BYTES)
+            if text:
+                frame = {"op": "chunk", "id": req.get("id"), "output": text}
+                if output.name != "output":
+                    frame["stream"] = output.name
+                write_frame(self.stdout, frame, self.auth, raw=True)
+
+    def read_until(self, sel, outputs, until):
+        """After a kill: read what is left until end of file or ``until``."""
+        while not all(output.eof for output in outputs):
             now = time.monotonic()
             if now >= until:
                 break
-            for key, _ in sel.select(until - now):
-                if key.data == "wake":
-                    os.read(self.wake_r, 4096)
-                    continue
-                data = os.read(read_fd, READ_CHUNK)
-                if not data:
-                    eof = True
-                    sel.unregister(read_fd)
-                    break
-                buf.feed(data)
-        return eof
+            self.read_ready(sel, until - now)
 
     # -- life cycle ------------------------------------------------------------------------------
     def reap(self, keep=None):
@@ -721,6 +774,94 @@ class Runner(object):
             return
         finally:
             self.shutdown()
+
+
+class CommandOutput(object):
+    """One output pipe of a command: its read end, kept head and tail, and (streamed) its tap.
+
+    ``name`` is the result key its text goes to: ``output`` (merged, or stdout alone), ``stderr``.
+    """
+
+    def __init__(self, name, fd, cap, stream):
+        self.name = name
+        self.fd = fd
+        self.buf = OutputBuffer(cap)
+        self.tap = StreamTap(self.buf) if stream else None
+        self.eof = False
+
+    def read(self):
+        """Read what the pipe has; False at end of file."""
+        data = os.read(self.fd, READ_CHUNK)
+        if data:
+            self.buf.feed(data)
+        else:
+            self.eof = True
+        return bool(data)
+
+    def finish(self):
+        """Close the read end, or hand it to a discarding thread while background jobs hold the pipe."""
+        if self.eof or not start_thread(discard, self.fd):
+            os.close(self.fd)  # no thread to be had: background writers get EPIPE rather than block
+
+
+def open_outputs(req):
+    """``(outputs, write ends)`` of a command: one pipe for stdout and stderr, or two with
+    ``"stderr": "separate"`` (write ends then stdout's, stderr's)."""
+    cap = int(req.get("max_output_bytes") or 10 << 20)
+    names = ("output", "stderr") if req.get("stderr") == "separate" else ("output",)
+    outputs, ends = [], []
+    for name in names:
+        read_fd, write_fd = os.pipe()
+        outputs.append(CommandOutput(name, read_fd, cap, bool(req.get("stream"))))
+        ends.append(write_fd)
+    return outputs, ends
+
+
+def user_options(user, env):
+    """``(Popen keyword arguments, None)`` to run as ``user`` (a name or uid; None: as the runner),
+    with ``HOME``, ``USER`` and ``LOGNAME`` set in ``env``; or ``({}, (code, message))`` when it
+    cannot be (``code``: ``unknown`` or ``not_permitted``)."""
+    if not user:
+        return {}, None
+    try:
+        import pwd
+
+        entry = pwd.getpwuid(int(user)) if str(user).isdigit() else pwd.getpwnam(str(user))
+    except (KeyError, ImportError):
+        return {}, ("unknown", "swe-sandbox: no such user in the sandbox: %s" % user)
+    if sys.version_info < (3, 9):
+        return {}, ("not_permitted", "swe-sandbox: running as another user needs python >= 3.9 in the sandbox")
+    env.update(HOME=entry.pw_dir, USER=entry.pw_name, LOGNAME=entry.pw_name)
+    try:
+        groups = os.getgrouplist(entry.pw_name, entry.pw_gid)
+    except OSError:
+        groups = [entry.pw_gid]
+    return {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": groups}, None
+
+
+def early_result(req, message, returncode, started, cancelled=False, user_error=None):
+    """The result of a command that did not start: ``message`` is its output (its stderr with
+    separate streams) and, but for a cancel, its ``exception_info``."""
+    outputs = [CommandOutput(name, None, 1 << 20, False) for name in
+               (("output", "stderr") if req.get("stderr") == "separate" else ("output",))]
+    if message and not cancelled:
+        outputs[-1].buf.feed((message + "\n").encode("utf-8"))
+    result = command_result(outputs, returncode, message, started, cancelled=cancelled)
+    if user_error is not None:
+        result["extra"]["user_error"] = user_error
+    return result
+
+
+def command_result(outputs, returncode, info, started, timed_out=False, cancelled=False):
+    """``make_result`` over a command's outputs: the first is ``output``; a second, ``stderr``, adds
+    its text and ``extra.stderr_bytes`` / ``extra.stderr_dropped_bytes``."""
+    result = make_result(None, returncode, info, started, outputs[0].buf, timed_out=timed_out, cancelled=cancelled)
+    for output in outputs[1:]:
+        text, dropped = output.buf.text()
+        result[output.name] = text
+        result["extra"][output.name + "_bytes"] = output.buf.total
+        result["extra"][output.name + "_dropped_bytes"] = dropped
+    return result
 
 
 def int_or_zero(value):

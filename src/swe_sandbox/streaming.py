@@ -14,10 +14,13 @@ class StreamEvent:
     Attributes:
         text: an output chunk (merged stdout and stderr, whole UTF-8 characters); ``""`` on the last event.
         result: on the last event only, the result dict ``execute`` returns for the command; else None.
+        stream: the result key ``text`` belongs to: ``output`` (default; stdout alone with
+            ``separate_stderr``) or ``stderr``.
     """
 
     text: str = ""
     result: dict[str, Any] | None = None
+    stream: str = "output"
 
     @property
     def done(self) -> bool:

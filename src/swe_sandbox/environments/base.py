@@ -34,11 +34,12 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, ClassVar, Protocol, cast
 
 from swe_sandbox import runner
+from swe_sandbox.capabilities import COMMAND_STDIN, RUN_AS_USER, SEPARATE_STDERR, missing_capabilities
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
 from swe_sandbox.errors import (
     ConfigError,
@@ -142,17 +143,22 @@ def find_submission(output: str, returncode: int) -> str | None:
 RESULT_EXTRA: dict[str, type | tuple[type, ...]] = {
     "timed_out": bool, "truncated": bool, "output_bytes": int, "dropped_bytes": int, "duration_s": (int, float),
 }
+#: The ``extra`` keys of a result whose stderr was kept apart (``separate_stderr``).
+STDERR_EXTRA: dict[str, type | tuple[type, ...]] = {"stderr_bytes": int, "stderr_dropped_bytes": int}
+#: The result keys a command's output streams go to (``StreamEvent.stream``).
+STREAMS = ("output", "stderr")
 #: Longest ``exception_info`` accepted from a runner (characters).
 MAX_INFO_CHARS = 4096
 
 
-def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
+def check_result(reply: dict[str, Any], max_output_bytes: int, stderr: bool = False) -> None:
     """Refuse a result whose fields have the wrong type or an impossible value.
 
     Args:
         reply: the runner's ``result`` frame.
         max_output_bytes: the request's cap; the output (one character at most per byte kept)
             may exceed it only by the truncation marker.
+        stderr: the request kept stderr apart: ``stderr`` and its ``extra`` counts must be there too.
 
     Raises:
         ProtocolError: naming the first bad field.
@@ -170,7 +176,10 @@ def check_result(reply: dict[str, Any], max_output_bytes: int) -> None:
         raise bad("exception_info", info)
     if not isinstance(extra, dict):
         raise bad("extra", extra)
-    for key, kind in RESULT_EXTRA.items():
+    expected = {**RESULT_EXTRA, **STDERR_EXTRA} if stderr else RESULT_EXTRA
+    if stderr and (not isinstance(reply.get("stderr"), str) or len(reply["stderr"]) > max_output_bytes + 200):
+        raise bad("stderr", type(reply.get("stderr")).__name__)
+    for key, kind in expected.items():
         value = extra.get(key)
         # past isinstance, and kind not bool (int, or int and float): value is a number
         if not isinstance(value, kind) or (kind is not bool and (isinstance(value, bool) or cast(float, value) < 0)):
@@ -184,8 +193,10 @@ def check_chunk(frame: dict[str, Any], request: dict[str, Any]) -> str:
         ProtocolError: the frame is not a chunk of ``request`` or its text is not a bounded string.
     """
     text = frame.get("output")
+    stream = frame.get("stream", "output")
     if frame.get("id") != request.get("id") or not isinstance(text, str) \
-            or len(text) > request["max_output_bytes"] + 200:
+            or len(text) > request["max_output_bytes"] + 200 \
+            or stream not in (STREAMS if request.get("stderr") == "separate" else STREAMS[:1]):
         raise ProtocolError(f"the sandbox sent an invalid chunk ({str(frame)[:120]}); the sandbox is no longer trusted")
     return text
 
@@ -310,8 +321,16 @@ class Channel:
         return os.read(fd, 1 << 20)
 
     def send(self, obj: dict[str, Any]) -> None:
+        """Send one frame; a request's ``input`` (bytes: the command's stdin) follows its JSON raw.
+
+        Raises:
+            SandboxDied: the runner cannot be written to.
+        """
+        blob = obj.get("input")
+        if isinstance(blob, bytes):
+            obj = {**{k: v for k, v in obj.items() if k != "input"}, "input_follows": len(blob)}
         data = json.dumps(obj).encode()
-        frame = struct.pack(">I", len(data)) + data
+        frame = struct.pack(">I", len(data)) + data + (blob if isinstance(blob, bytes) else b"")
         try:
             with self._send_lock:  # signed and written in one order: the MACs count frames
                 if self._auth is not None:
@@ -590,28 +609,41 @@ class Environment:
         self._channel = channel
         self._after_start()
 
-    def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None) -> dict[str, Any]:
+    def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None,
+                stdin: str | bytes | None = None, env: Mapping[str, str] | None = None, user: str | int | None = None,
+                separate_stderr: bool = False) -> dict[str, Any]:
         """Run one command in a fresh ``bash -c`` inside the sandbox (DESIGN.md §1).
 
         Args:
             action: ``{"command": str}``; other keys are ignored. A plain string is accepted too.
             cwd: working directory inside the sandbox; empty: ``config.cwd``, else the sandbox default.
             timeout: seconds; None: ``config.timeout``.
+            stdin: bytes (or text, sent as UTF-8) the command reads on its stdin; None: ``/dev/null``.
+            env: variables set for this command only, over the sandbox's.
+            user: run the command as this user of the sandbox (a name or uid); None: the sandbox's.
+            separate_stderr: keep stderr apart: ``output`` is then stdout alone, ``stderr`` the
+                rest (each capped at ``max_output_bytes``), ``extra`` adds ``stderr_bytes`` and
+                ``stderr_dropped_bytes``. Default False: one merged stream (the contract's).
 
         Returns:
             dict: ``output`` (str), ``returncode`` (int; 128+N on signal N, -1 if unfinished),
             ``exception_info`` (str), ``extra`` (``timed_out``, ``truncated``, ``output_bytes``,
-            ``dropped_bytes``, ``duration_s``; ``cancelled`` (True) after ``cancel()``).
+            ``dropped_bytes``, ``duration_s``; ``cancelled`` (True) after ``cancel()``; ``user_error``
+            (``unknown`` or ``not_permitted``) when ``user`` could not be taken on).
 
         Raises:
             Submitted: the output's first non-empty line is the sentinel and returncode is 0.
             SandboxDied: the sandbox died or vanished (the environment is closed then).
             SandboxStartError: the sandbox could not be started.
+            ConfigError: an option the backend cannot honour (``stdin``, ``user``,
+                ``separate_stderr``: its declared capabilities, ``swe_sandbox.capabilities``).
         """
-        return self._finished(self._run(command_of(action), cwd, timeout))
+        options = self._options(stdin, env, user, separate_stderr)
+        return self._finished(self._run(command_of(action), cwd, timeout, options))
 
-    def stream(self, action: dict[str, Any] | str, cwd: str = "", *,
-               timeout: float | None = None) -> Iterator[StreamEvent]:
+    def stream(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None,
+               stdin: str | bytes | None = None, env: Mapping[str, str] | None = None, user: str | int | None = None,
+               separate_stderr: bool = False) -> Iterator[StreamEvent]:
         """Run one command as ``execute`` does, yielding its output as it is written.
 
         Yields ``StreamEvent(text=...)`` chunks (merged stdout and stderr in the order written, whole
@@ -625,18 +657,22 @@ class Environment:
         (within ~0.5 s; the sandbox stays usable). While open it holds the environment's lock:
         iterate and close it in one thread.
 
+        With ``separate_stderr``, each event's ``stream`` says which it belongs to (``output``:
+        stdout, or ``stderr``), each stream's texts joining to the result's key of that name.
+
         Args:
-            action, cwd, timeout: as for ``execute``.
+            action, cwd, timeout, stdin, env, user, separate_stderr: as for ``execute``.
 
         Raises:
             Submitted: at the end, instead of the last event, when the output submits (``execute``'s rule).
-            SandboxDied, SandboxStartError, ProtocolError: as ``execute``.
+            SandboxDied, SandboxStartError, ProtocolError, ConfigError: as ``execute``.
         """
         command = command_of(action)
+        options = self._options(stdin, env, user, separate_stderr)
         timeout = check_timeout(self.config.timeout if timeout is None else timeout)
         with self._lock:
-            frames = self._exchange(self._request(command, cwd, timeout, stream=True))
-            sent: list[str] = []
+            frames = self._exchange(self._request(command, cwd, timeout, options, stream=True))
+            sent: dict[str, list[str]] = {name: [] for name in STREAMS}
             reply: dict[str, Any] = {}
             waiting = False  # True while the consumer holds a chunk: leaving then cancels
             try:
@@ -644,21 +680,23 @@ class Environment:
                     if frame["op"] == "result":
                         reply = frame
                         continue
-                    sent.append(frame["output"])
+                    name = frame.get("stream", "output")
+                    sent[name].append(frame["output"])
                     waiting = True
-                    yield StreamEvent(text=frame["output"])
+                    yield StreamEvent(text=frame["output"], stream=name)
                     waiting = False
             finally:
                 if waiting:
                     self._abandon(frames)
         result = self._result_of(reply)
-        rest = streamed_rest(result["output"], "".join(sent))
-        if rest is None:
-            self.close()
-            raise ProtocolError("the sandbox streamed output that its result does not hold; "
-                                "the sandbox is no longer trusted")
-        if rest:
-            yield StreamEvent(text=rest)
+        for name in STREAMS:
+            rest = streamed_rest(result.get(name, ""), "".join(sent[name]))
+            if rest is None:
+                self.close()
+                raise ProtocolError(f"the sandbox streamed {name} that its result does not hold; "
+                                    "the sandbox is no longer trusted")
+            if rest:
+                yield StreamEvent(text=rest, stream=name)
         yield StreamEvent(result=self._finished(result))
 
     def cancel(self) -> None:
@@ -700,19 +738,51 @@ class Environment:
             raise self.submitted_error(submission, result)
         return result
 
-    def _request(self, command: str, cwd: str, timeout: float | None, stream: bool = False) -> dict[str, Any]:
-        """The runner's ``exec`` request (its ``id`` is set when it is sent)."""
+    def _options(self, stdin: str | bytes | None, env: Mapping[str, str] | None, user: str | int | None,
+                 separate_stderr: bool) -> dict[str, Any]:
+        """The request fields of ``execute``'s options, checked.
+
+        Raises:
+            ConfigError: a value of the wrong type, or an option this backend cannot honour.
+        """
+        if stdin is not None and not isinstance(stdin, (str, bytes)):
+            raise ConfigError(f"stdin: expected str or bytes, got {type(stdin).__name__}")
+        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
+            raise ConfigError(f"env: expected a mapping of str to str, got {env!r}"[:200])
+        if user is not None and (isinstance(user, bool) or not isinstance(user, (str, int)) or not str(user)):
+            raise ConfigError(f"user: expected a user name or uid, got {user!r}")
+        asked = {COMMAND_STDIN: ("stdin", stdin is not None), RUN_AS_USER: ("user", user is not None),
+                 SEPARATE_STDERR: ("separate_stderr", bool(separate_stderr))}
+        lacking = missing_capabilities(type(self), self.config) if any(used for _, used in asked.values()) else {}
+        for capability, (name, used) in asked.items():
+            if used and capability in lacking:
+                raise ConfigError(f"{name}: not available on this {self.config.backend} sandbox: {lacking[capability]}")
+        options: dict[str, Any] = {"env": dict(env or {})}
+        if stdin is not None:
+            options["input"] = stdin.encode("utf-8", "surrogateescape") if isinstance(stdin, str) else stdin
+        if user is not None:
+            options["user"] = str(user)
+        if separate_stderr:
+            options["stderr"] = "separate"
+        return options
+
+    def _request(self, command: str, cwd: str, timeout: float | None, options: dict[str, Any] | None = None,
+                 stream: bool = False) -> dict[str, Any]:
+        """The runner's ``exec`` request (its ``id`` is set when it is sent); ``options``: ``_options``'."""
         request: dict[str, Any] = {"op": "exec", "command": command, "cwd": cwd or self.config.cwd, "env": {},
-                   "timeout": timeout, "max_output_bytes": self.config.max_output_bytes}
+                                   "timeout": timeout, "max_output_bytes": self.config.max_output_bytes,
+                                   **(options or {})}
         if stream:
             request["stream"] = True
         return request
 
     @staticmethod
     def _result_of(reply: dict[str, Any]) -> dict[str, Any]:
-        return {k: reply[k] for k in ("output", "returncode", "exception_info", "extra")}
+        keys = ("output", "returncode", "exception_info", "extra", "stderr")
+        return {k: reply[k] for k in keys if k in reply}
 
-    def _run(self, command: str, cwd: str = "", timeout: float | None = None) -> dict[str, Any]:
+    def _run(self, command: str, cwd: str = "", timeout: float | None = None,
+             options: dict[str, Any] | None = None) -> dict[str, Any]:
         """One command's result dict, without the hooks and the submission check (``execute``).
 
         Raises:
@@ -722,7 +792,7 @@ class Environment:
         """
         timeout = check_timeout(self.config.timeout if timeout is None else timeout)
         with self._lock:  # one command at a time per sandbox; callers in other threads wait
-            reply = last_frame(self._exchange(self._request(command, cwd, timeout)))
+            reply = last_frame(self._exchange(self._request(command, cwd, timeout, options)))
         return self._result_of(reply)
 
     def _exchange(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -741,7 +811,7 @@ class Environment:
                 if frame.get("op") == "chunk":
                     check_chunk(frame, request)
                 else:
-                    check_result(frame, request["max_output_bytes"])
+                    check_result(frame, request["max_output_bytes"], stderr=request.get("stderr") == "separate")
                 yield frame
         except SandboxDied as exc:
             lost = self._lost_connection(exc)

@@ -298,7 +298,8 @@ class BwrapEnvironment(Environment):
         """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         return {cap.FILES_OUTSIDE_WORKSPACE: "only the workspace mount is shared with the host; the rest of the sandbox "
                                              "is read-only binds and private tmpfs, so upload/download reach paths "
-                                             "under mount_point only (ValueError elsewhere)"}
+                                             "under mount_point only (ValueError elsewhere)",
+                cap.RUN_AS_USER: "the sandbox's user namespace maps one uid only: there is no other user to become"}
 
     def __init__(self, config: BwrapConfig):
         super().__init__(config)

@@ -524,6 +524,10 @@ def missing_capabilities(shared_host: bool = False) -> dict[str, str]:
         cap.UNREACHABLE_RUNNER_CHANNEL: "exec fallback: the per-command wrapper (and its output reader) is a plain "
                                         "shell of the command's user holding the exec's streams, which that user's "
                                         "processes may open through /proc",
+        cap.COMMAND_STDIN: "exec fallback: the exec's stdin carries the command itself to the per-command wrapper",
+        cap.SEPARATE_STDERR: "exec fallback: the exec's stderr carries the wrapper's status line, so a command's "
+                             "stderr is merged into its output inside the sandbox",
+        cap.RUN_AS_USER: "exec fallback: every command runs as the user the exec runs as",
         cap.PRIVATE_COMMAND_OUTPUT: "exec fallback: a background job can write into a later command's output (the "
                                     "exec's stdout, or the FIFO its command writes to), which is relayed as raw "
                                     "bytes; only the returncode is checked against the transport",

@@ -59,6 +59,8 @@ class LocalEnvironment(Environment):
                                                 "runner's pipes runs as the commands' user",
                 cap.SETID_FREE_WORKSPACE: "no isolation: commands run on the host and write the caller's own "
                                           "directories directly"}
+        if os.geteuid() != 0:
+            gaps[cap.RUN_AS_USER] = "commands run as the calling user, who is not root and cannot become another"
         if os.geteuid() == 0:
             gaps[cap.NOT_HOST_ROOT] = "no isolation: commands run on the host itself as the calling user, here root"
             gaps[cap.TAMPERPROOF_TIMEOUT] = ("no isolation: commands run on the host as its root, who may replace "

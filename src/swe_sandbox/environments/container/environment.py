@@ -306,7 +306,8 @@ class ContainerEnvironment(Environment):
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
         """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         if config.runner != "exec":
-            return {}
+            return {cap.RUN_AS_USER: f"the runner runs as the configured user {config.user!r}, not root"} \
+                if config.user.partition(":")[0] not in ("", "0", "root") else {}
         return {**fallback.missing_capabilities(),
                 cap.TAMPERPROOF_TIMEOUT: "exec fallback: the lifetime guard is a shell run by the container's root, so "
                                          "a root command can make it exec anything (what it starts descends from no "

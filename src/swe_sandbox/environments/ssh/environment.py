@@ -132,6 +132,9 @@ class SshEnvironment(Environment):
                 gaps[cap.TAMPERPROOF_TIMEOUT] = root + "who may replace the host's own `sleep` (only tested, never done)"
                 gaps[cap.PRIVATE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE opens the non-dumpable runner's pipes"
                 gaps[cap.UNREACHABLE_RUNNER_CHANNEL] = root + "whose CAP_SYS_PTRACE reads the runner's fds and sshd's"
+        if config.remote_sandbox != "none" or (config.username or getpass.getuser()) != "root":
+            gaps[cap.RUN_AS_USER] = ("the runner runs as the SSH user, who is not root" if config.remote_sandbox == "none"
+                                     else "the remote bwrap sandbox maps one uid only: there is no other user to become")
         if config.runner == "exec":
             gaps.update(fallback.missing_capabilities(shared_host=True))
         return gaps
