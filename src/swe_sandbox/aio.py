@@ -165,14 +165,16 @@ class AsyncEnvironment:
             raise
         self._started = True
 
-    async def execute(self, action: dict[str, Any] | str, cwd: str = "", *,
-                      timeout: float | None = None) -> dict[str, Any]:
+    async def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None,
+                      **options: Any) -> dict[str, Any]:
         """Run one command in a fresh ``bash -c`` inside the sandbox (``Environment.execute``).
 
         Args:
             action: ``{"command": str}``; other keys are ignored. A plain string is accepted too.
             cwd: working directory inside the sandbox; empty: ``config.cwd``, else the sandbox default.
             timeout: seconds; None: ``config.timeout``.
+            **options: the sync ``execute``'s other keyword options, passed on as they are
+                (``stdin``, ``env``, ``user``, ``separate_stderr``).
 
         Returns:
             dict: the sync result dict (``output``, ``returncode``, ``exception_info``, ``extra``).
@@ -181,15 +183,16 @@ class AsyncEnvironment:
             Submitted: the output's first non-empty line is the sentinel and returncode is 0.
             SandboxDied: the sandbox died or vanished (the environment is closed then).
             SandboxStartError: the sandbox could not be started.
+            ConfigError: an option the backend cannot honour.
             asyncio.CancelledError: the awaiting task was cancelled: the command's tree was killed
                 (the sync side returned the cancelled record) and the sandbox stays usable.
         """
         if not self._started:
             await self.start()
-        return await self._command(functools.partial(self.sync.execute, action, cwd, timeout=timeout))
+        return await self._command(functools.partial(self.sync.execute, action, cwd, timeout=timeout, **options))
 
-    async def stream(self, action: dict[str, Any] | str, cwd: str = "", *,
-                     timeout: float | None = None) -> AsyncIterator[StreamEvent]:
+    async def stream(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None,
+                     **options: Any) -> AsyncIterator[StreamEvent]:
         """Run one command and yield its output as it is produced (``Environment.stream``).
 
         Yields ``StreamEvent(text=chunk)`` events, then ``StreamEvent(result=...)`` with the dict
@@ -198,17 +201,19 @@ class AsyncEnvironment:
         closes the generator in a task of its own soon after; to wait for that, iterate inside
         ``contextlib.aclosing(env.stream(...))``.
 
+        With ``separate_stderr``, each event's ``stream`` says which result key its text belongs to.
+
         Args:
-            action, cwd, timeout: as for ``execute``.
+            action, cwd, timeout, **options: as for ``execute``.
 
         Raises:
-            Submitted, SandboxDied, SandboxStartError, asyncio.CancelledError: as ``execute``
-                (``Submitted`` instead of the last event).
+            Submitted, SandboxDied, SandboxStartError, ConfigError, asyncio.CancelledError: as
+                ``execute`` (``Submitted`` instead of the last event).
         """
         if not self._started:
             await self.start()
         loop = self._bind()
-        pump = _Pump(functools.partial(self.sync.stream, action, cwd, timeout=timeout), loop)
+        pump = _Pump(functools.partial(self.sync.stream, action, cwd, timeout=timeout, **options), loop)
         job = _Job(pump.run)
         future = self._submit(job)
         finished = False  # the sync stream ended: nothing to cancel

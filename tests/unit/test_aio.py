@@ -265,3 +265,19 @@ def test_no_default_executor_is_used():
         return results
 
     assert [r["output"] for r in run(scenario())] == ["x\n"] * 3
+
+
+def test_the_sync_options_pass_through():
+    """``stdin``, ``env``, ``separate_stderr`` (the sync keyword options) reach the sync calls as they are."""
+
+    async def scenario():
+        async with await local() as env:
+            fed = await env.execute("cat; echo $X", stdin="in\n", env={"X": "x"})
+            events = [e async for e in env.stream("echo out; echo err >&2", separate_stderr=True)]
+            return fed, events
+
+    fed, events = run(scenario())
+    assert fed["output"] == "in\nx\n"
+    texts = {name: "".join(e.text for e in events if e.stream == name) for name in ("output", "stderr")}
+    assert texts == {"output": "out\n", "stderr": "err\n"}
+    assert (events[-1].result["output"], events[-1].result["stderr"]) == ("out\n", "err\n")
