@@ -70,6 +70,7 @@ CANCELLED_CALL_WAIT_S = 2.0
 #: came before the command reached the sandbox is a no-op there, so it is repeated; the runner
 #: ends a command ~0.01 s after a cancel, the exec fallback ~0.2 s, one more exec each time).
 CANCEL_RETRY_S = 0.25
+#: What a call of a closed AsyncEnvironment raises (a ``SandboxError``).
 CLOSED_MESSAGE = "this AsyncEnvironment is closed"
 
 #: Every AsyncEnvironment not closed yet (weakly: a dropped one is cleaned up by its sync
