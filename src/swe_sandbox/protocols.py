@@ -7,7 +7,8 @@ the methods are there (``runtime_checkable``), not their signatures.
 
 The agent also uses, when present: ``env.start()`` (start the sandbox before the first step),
 ``env.config.timeout`` (seconds, the default command timeout), ``model.cost`` (float, USD),
-``model.n_calls`` (int) and ``model.tools`` (``None`` for a text model).
+``model.n_calls`` (int) and ``model.tools`` (``None`` for a text model); ``batch.arollout`` uses
+``await model.aquery(messages)`` when present (else ``query``).
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ A backslash is kept as it is: a command printing the text ``\\x1b`` shows exactl
 do no more with it.
 
 ``swe-sandbox exec`` applies it when stdout (stderr) is a terminal, unless ``--raw``; the agent's
-progress and summary (``swe_sandbox.cli.display``) always do.
+progress and summary (``swe_sandbox.cli.display``) always do. ``StreamEscaper`` applies it to
+output shown as it arrives, chunk by chunk (``exec --stream``, ``run``'s live output).
 """
 
 from __future__ import annotations
@@ -39,6 +40,31 @@ def _shown(match: re.Match[str]) -> str:
 def escape_controls(text: str) -> str:
     """``text`` with its control characters shown as ``\\xNN`` or ``\\uNNNN`` (see the module doc for which)."""
     return _CONTROL_RE.sub(_shown, text)
+
+
+class StreamEscaper:
+    """``escape_controls`` over a text that arrives in chunks: a ``\\r`` ending a chunk is held
+    back until the next one tells whether it ends a CRLF line end (kept) or not (escaped).
+
+        escaper = StreamEscaper()
+        shown = [escaper.feed(chunk) for chunk in chunks] + [escaper.flush()]
+        assert "".join(shown) == escape_controls("".join(chunks))
+    """
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def feed(self, chunk: str) -> str:
+        """The escaped text of ``chunk`` that can be shown now (a trailing ``\\r`` is held)."""
+        text, self._held = self._held + chunk, ""
+        if text.endswith("\r"):
+            text, self._held = text[:-1], "\r"
+        return escape_controls(text)
+
+    def flush(self) -> str:
+        """What is held, escaped (call once the text ended)."""
+        text, self._held = self._held, ""
+        return escape_controls(text)
 
 
 def has_controls(text: str) -> bool:

@@ -5,9 +5,7 @@ is scripted to be incomplete, so it fails its evaluation."""
 from __future__ import annotations
 
 import json
-import socket
 import sys
-import threading
 
 import pytest
 from batch_fixtures import calc_repo, calc_task, run, write_tasks  # noqa: F401 - fixture
@@ -17,7 +15,7 @@ from swe_sandbox.batch.driver import CANCEL_GRACE_S
 from swe_sandbox.batch.records import ResultsLog
 
 from helpers.interrupts import interrupt_when
-from helpers.openai_server import ScriptedOpenAIServer, rate_limited, tool_call
+from helpers.openai_server import ScriptedOpenAIServer, SilentProvider, rate_limited, tool_call
 from helpers.variants import require_backend
 
 pytest.importorskip("litellm")
@@ -69,31 +67,6 @@ def scripted_model(url: str) -> list[str]:
     """The batch options of a litellm model at ``url`` (an OpenAI-compatible server)."""
     return ["-m", "openai/scripted", "-c", f"model.model_kwargs.api_base={url}/v1",
             "-c", f"model.model_kwargs.api_key={API_KEY}", "-c", "model.cost_tracking=ignore_errors"]
-
-
-class SilentProvider:
-    """A provider on loopback that reads requests and never answers (``asked`` is set once one
-    arrived): a model request in flight for as long as the client waits."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.port, self.asked, self.held = self.server.getsockname()[1], threading.Event(), []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        try:
-            while True:
-                connection, _ = self.server.accept()
-                self.held.append(connection)
-                if connection.recv(65536):
-                    self.asked.set()
-        except OSError:  # closed
-            pass
-
-    def close(self) -> None:
-        self.server.close()
-        for connection in self.held:
-            connection.close()
 
 
 @pytest.mark.bwrap

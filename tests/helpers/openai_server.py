@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -331,6 +332,31 @@ class ScriptedOpenAIServer:
             "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason, "logprobs": None}],
             "usage": reply.usage if reply.usage is not None else dict(DEFAULT_USAGE),
         }
+
+
+class SilentProvider:
+    """A provider on loopback that reads requests and never answers (``asked`` is set once one
+    arrived): a model request in flight for as long as the client waits."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port, self.asked, self.held = self.server.getsockname()[1], threading.Event(), []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        try:
+            while True:
+                connection, _ = self.server.accept()
+                self.held.append(connection)
+                if connection.recv(65536):
+                    self.asked.set()
+        except OSError:  # closed
+            pass
+
+    def close(self) -> None:
+        self.server.close()
+        for connection in self.held:
+            connection.close()
 
 
 class _Handler(BaseHTTPRequestHandler):

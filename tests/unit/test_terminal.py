@@ -10,7 +10,7 @@ import io
 
 import pytest
 
-from swe_sandbox.terminal import escape_controls
+from swe_sandbox.terminal import StreamEscaper, escape_controls
 
 
 @pytest.mark.parametrize("text, shown", [
@@ -24,6 +24,19 @@ from swe_sandbox.terminal import escape_controls
 ])
 def test_escape_controls(text, shown):
     assert escape_controls(text) == shown
+
+
+@pytest.mark.parametrize("chunks", [
+    ["crlf\r", "\nline"],  # a CRLF line end split between two chunks stays a line end
+    ["safe\r", "rm -rf /"],  # a lone \r is escaped once the next chunk shows it is one
+    ["\x1b", "]0;t\x07", "end\r"],
+    ["a\r\r", "\n"],
+])
+def test_stream_escaper_shows_chunks_as_the_whole_text(chunks):
+    escaper = StreamEscaper()
+    shown = [escaper.feed(chunk) for chunk in chunks] + [escaper.flush()]
+    assert "".join(shown) == escape_controls("".join(chunks))
+    assert "\x1b" not in "".join(shown) and "\r" not in "".join(shown).replace("\r\n", "")
 
 
 def _console():

@@ -163,7 +163,8 @@ class DefaultAgent:
         ConfigError: an unknown or invalid config field (named in the message).
 
     Subclasses may override the hooks ``approve`` (confirm or edit a command),
-    ``on_query`` and ``on_result`` (progress), which do nothing by default.
+    ``on_query`` and ``on_result`` (progress), which do nothing by default, and ``run_command``
+    (how a command runs: ``env.execute`` by default; the CLI streams its output).
     """
 
     def __init__(self, model: Model, env: Environment, **config: Any):
@@ -417,7 +418,7 @@ class DefaultAgent:
             self.on_result(action, result)
             return result
         try:
-            result = self.env.execute(approved, **self._timeout_kwargs(left))
+            result = self.run_command(approved, **self._timeout_kwargs(left))
         except Submitted as exc:
             self.on_result(approved, exc.result)
             raise
@@ -451,6 +452,20 @@ class DefaultAgent:
             self.add_messages(exit_message(status, self._last_text(messages) or status))
 
     # -- hooks -------------------------------------------------------------------------------
+    def run_command(self, action: dict[str, Any], **timeout_kwargs: Any) -> dict[str, Any]:
+        """Run one approved action in the environment and return its result dict. Default:
+        ``env.execute(action, **timeout_kwargs)``; a subclass may show the output as it arrives
+        (``env.stream``), returning the same result and raising what ``execute`` raises.
+
+        Args:
+            action (dict): ``{"command": str}``, as approved.
+            **timeout_kwargs: ``timeout=`` (seconds) when the wall-time limit bounds the command.
+
+        Raises:
+            Submitted: the command submitted. SandboxError: the sandbox failed.
+        """
+        return self.env.execute(action, **timeout_kwargs)
+
     def approve(self, action: dict[str, Any]) -> dict[str, Any]:
         """Return the action to run (possibly edited), or raise ``ActionRejected``. Default: as is."""
         return action

@@ -6,6 +6,7 @@
     tasks = load_tasks("tasks.jsonl")                    # SWE-bench-style instances
     config = load_run_config(overrides=["model.model_name=anthropic/claude-sonnet-4-5"])
     result = rollout(tasks[0], config, {"backend": "bwrap"})           # one task: a value
+    result = await arollout(tasks[0], config, {"backend": "bwrap"})    # the same in asyncio code
     print(result.exit_status, result.cost, result.resolved, result.reward)
     run_batch(tasks, "runs/exp1", run_config=config, env_config="docker", workers=8, evaluate=True)
 
@@ -21,6 +22,7 @@ module                   what
 ``images``, ``pulls``    the images tasks name, their templates; pulling them ahead of a run
 ``sandbox``              a task's sandbox: its config, workspace and ``setup_command``
 ``rollouts``             one rollout: the agent to an exit status, then evaluation (a value)
+``arollouts``            ``arollout``: the same awaited, model calls on the caller's loop
 ``evaluation``           one evaluation: the patch checked, applied, tested and graded
 ``integrity/``           what keeps the grade the patch's: patch policy, protected paths, the
                          in-sandbox pytest plugin and its verifier
@@ -51,6 +53,7 @@ _EXPORTS = {
     "load_predictions": "swe_sandbox.batch.predictions",
     "rollout": "swe_sandbox.batch.rollouts",
     "RolloutResult": "swe_sandbox.batch.rollouts",
+    "arollout": "swe_sandbox.batch.arollouts",
     "evaluate": "swe_sandbox.batch.evaluation",
     "EvalResult": "swe_sandbox.batch.evaluation",
     "run_batch": "swe_sandbox.batch.batch_run",

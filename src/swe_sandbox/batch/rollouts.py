@@ -88,7 +88,8 @@ class RolloutResult(BaseModel):
 def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
             trajectory_path: str | Path | None = None, cancel: Cancellation | None = None,
             budget: CostBudget | None = None, progress: Progress | None = None,
-            eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, grading: str = STRICT) -> RolloutResult:
+            eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S, grading: str = STRICT,
+            model_wrapper: Callable[[Any], Any] | None = None) -> RolloutResult:
     """Run the agent on ``task`` in a fresh sandbox, then evaluate its patch in another.
 
     Args:
@@ -106,6 +107,8 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
         eval_timeout: seconds for ``eval_command``.
         grading: the evaluation's grading policy, ``strict`` (default) or ``swebench``
             (``swe_sandbox.batch.evaluation``).
+        model_wrapper: called with the model built for the task; the agent queries what it returns
+            (``arollout`` routes the calls to an event loop this way). None: the model itself.
 
     Returns:
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
@@ -115,7 +118,7 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
     report = progress or (lambda *a, **k: None)
     report(task.instance_id, phase="starting")
     with report_pulls(pull_reporter(task.instance_id, report)):  # an image pull shows on the instance's line
-        result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report)
+        result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report, model_wrapper)
         result.started_at = wall
         if evaluate and result.done:
             report(task.instance_id, phase="evaluating")
@@ -166,12 +169,15 @@ def model_config_for(task: Task, model: dict[str, Any]) -> dict[str, Any]:
 
 def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any],
                trajectory_path: str | Path | None, cancel: Cancellation | None,
-               budget: CostBudget | None, report: Progress) -> RolloutResult:
+               budget: CostBudget | None, report: Progress,
+               model_wrapper: Callable[[Any], Any] | None = None) -> RolloutResult:
 
     backend = str(env_config.get("backend", ""))
     agent = None
     try:
         model = get_model(model_config_for(task, run_config["model"]))
+        if model_wrapper is not None:
+            model = model_wrapper(model)
         with task_sandbox(task, env_config) as environment:
             agent = make_batch_agent(model, environment, task.instance_id, cancel=cancel, budget=budget,
                                      progress=report, **{**run_config["agent"], "output_path": trajectory_path})

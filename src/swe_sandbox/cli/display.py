@@ -6,7 +6,7 @@ model wrote, so no escape sequence reaches the terminal).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,18 +18,39 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Submissions longer than this many lines are shown cut (the file has all of it).
 SHOW_LINES = 60
+#: Characters of a streamed line held back waiting for its end at most; past it, shown as it is.
+STREAM_LINE_LIMIT = 4096
 
 
-def make_cli_agent(model: Any, env: Any, console: Console, *, confirm: bool = False, **config: Any):
-    """A ``DefaultAgent`` that shows progress on ``console`` and, with ``confirm``, asks before each command."""
+def make_cli_agent(model: Any, env: Any, console: Console, *, confirm: bool = False, stream: bool | None = None,
+                   **config: Any):
+    """A ``DefaultAgent`` that shows progress on ``console`` and, with ``confirm``, asks before each command.
+
+    Args:
+        stream (bool | None): show each command's output as it arrives (``env.stream``, when the
+            environment has one); None (default): when ``console`` is a terminal (a live display).
+    """
     from swe_sandbox.agent.default import ActionRejected, DefaultAgent
 
+    live = console.is_terminal if stream is None else stream
+
     class CliAgent(DefaultAgent):
+        streamed = False
+
         def on_query(self, message: dict[str, Any]) -> None:
             show_query(console, self.n_steps, self.model_cost, message, secrets=self.known_secrets())
 
+        def run_command(self, action: dict[str, Any], **timeout_kwargs: Any) -> dict[str, Any]:
+            events = getattr(self.env, "stream", None)
+            if not live or not callable(events):
+                return super().run_command(action, **timeout_kwargs)
+            self.streamed = True
+            show_command(console, action, secrets=self.known_secrets())
+            return show_stream(console, events(action, **timeout_kwargs), secrets=self.known_secrets())
+
         def on_result(self, action: dict[str, Any], result: dict[str, Any]) -> None:
-            show_result(console, action, result, secrets=self.known_secrets())
+            show_result(console, action, result, secrets=self.known_secrets(), command_shown=self.streamed)
+            self.streamed = False
 
         def approve(self, action: dict[str, Any]) -> dict[str, Any]:
             nonlocal confirm
@@ -70,16 +91,61 @@ def show_query(console: Console, step: int, cost: float, message: dict[str, Any]
         console.print(Text(escape_controls(shown), style="dim"))
 
 
-def show_result(console: Console, action: dict[str, Any], result: dict[str, Any],
-                secrets: Iterable[str] = ()) -> None:
-    """The command (first lines, secrets masked, control characters escaped) and how it ended:
-    return code, duration, timeout, rejection."""
+def show_command(console: Console, action: dict[str, Any], secrets: Iterable[str] = ()) -> None:
+    """The command: its first lines, secrets masked, control characters escaped."""
     from rich.text import Text
-
 
     lines = escape_controls(redact(str(action.get("command", "")), secrets)).splitlines() or [""]
     command = "\n  ".join(lines[:4]) + (f"\n  … ({len(lines) - 4} more lines)" if len(lines) > 4 else "")
     console.print(Text("$ ", style="bold cyan") + Text(command))
+
+
+def show_stream(console: Console, events: Generator[Any, None, None], secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """Show a command's output as it arrives, line by line (each complete line with secrets masked
+    and control characters escaped: a model-written command's output cannot drive the terminal),
+    the last partial line once it ends; return the result dict of the stream's last event.
+
+    Args:
+        events: ``Environment.stream(...)``'s generator (closed here, whatever happens).
+
+    Raises:
+        Submitted: the command submitted (its output was shown). What ``Environment.stream`` raises.
+    """
+    import contextlib
+
+    from rich.text import Text
+
+    secrets, pending, open_line = list(secrets), "", False
+
+    def show(text: str) -> None:
+        if text:
+            console.print(Text(escape_controls(redact(text, secrets)), style="dim"), end="", soft_wrap=True)
+
+    try:
+        with contextlib.closing(events):
+            for event in events:
+                if event.done:
+                    return event.result
+                lines = (pending + event.text).split("\n")
+                pending = lines.pop()
+                show("".join(line + "\n" for line in lines))
+                open_line = open_line and not lines
+                if len(pending) > STREAM_LINE_LIMIT:  # a line without end (a progress bar): shown as it goes
+                    show(pending)
+                    pending, open_line = "", True
+    finally:
+        show(pending + "\n" if pending or open_line else "")
+    raise RuntimeError("the stream ended without a result")  # pragma: no cover - the contract forbids it
+
+
+def show_result(console: Console, action: dict[str, Any], result: dict[str, Any],
+                secrets: Iterable[str] = (), command_shown: bool = False) -> None:
+    """The command (unless ``command_shown``: it was, before its streamed output) and how it
+    ended: return code, duration, timeout, rejection."""
+    from rich.text import Text
+
+    if not command_shown:
+        show_command(console, action, secrets)
     extra = result.get("extra") or {}
     code = result.get("returncode")
     if extra.get("rejected"):

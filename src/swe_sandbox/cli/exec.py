@@ -17,7 +17,7 @@ from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP, EXIT_TIMEOUT, EXIT_UNFIN
 from swe_sandbox.cli.guard import fail, run_guarded
 from swe_sandbox.cli.pull_display import show_pulls_of
 from swe_sandbox.errors import ConfigError
-from swe_sandbox.terminal import for_stream
+from swe_sandbox.terminal import StreamEscaper, for_stream, is_terminal
 
 EXEC_HELP = f"""\
 Run COMMAND in a fresh sandbox and exit with its returncode.
@@ -30,9 +30,11 @@ Plain output: the command's output (stdout and stderr merged, in order) on stdou
 exception_info (e.g. "Command timed out after 5 seconds") on stderr. On a terminal, control
 characters are shown escaped (ESC as \\x1b; newlines, tabs and CRLF line ends kept) so no escape
 sequence of the command reaches the terminal; --raw writes them as they are. Into a pipe or a
-file the bytes are always as they are.
+file the bytes are always as they are. On a terminal (or with --stream) the output is printed as
+it arrives; --no-stream prints it when the command ended.
 With --json: one JSON object on stdout, the result dict (output, returncode, exception_info,
-extra) plus "submission" (the text after the COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT line, or null).
+extra) plus "submission" (the text after the COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT line, or null);
+never streamed.
 
 {EXIT_CODES_HELP}"""
 
@@ -114,6 +116,12 @@ def exec_command(
         bool, typer.Option("--raw", help="Plain mode on a terminal: write the output's control characters "
                                          "(escape sequences) as they are instead of escaped.")
     ] = False,
+    stream: Annotated[
+        bool | None,
+        typer.Option("--stream/--no-stream", help="Print the output as it arrives (plain mode). "
+                                                  "Default: when stdout is a terminal; never with --json.",
+                     show_default=False),
+    ] = None,
     overrides: Annotated[
         list[str] | None,
         typer.Option("-c", "--set", metavar="KEY=VALUE",
@@ -127,23 +135,50 @@ def exec_command(
     if not text.strip():
         raise typer.BadParameter("the command is empty", param_hint="COMMAND")
 
+    streaming = not as_json and (is_terminal(sys.stdout) if stream is None else stream)
+
     def body() -> int:
         from swe_sandbox import Submitted, get_environment
 
         environment = get_environment(env, overrides=list(overrides or []))
+        action = {"command": text}
+        live = streaming and callable(getattr(environment, "stream", None))  # an environment without: at the end
         with show_pulls_of(environment), environment:  # the image's pull (if it has to be pulled) on stderr
             try:
-                result = environment.execute({"command": text}, cwd=cwd, timeout=timeout)
+                result = streamed(environment, action, cwd, timeout, raw) if live else \
+                    environment.execute(action, cwd=cwd, timeout=timeout)
                 submission = None
             except Submitted as exc:
                 result, submission = exc.result, exc.submission
         if as_json:
             write_stdout(json.dumps({**result, "submission": submission}, ensure_ascii=False) + "\n")
         else:  # on a terminal, no escape sequence of the command reaches it (unless --raw)
-
-            write_stdout(for_stream(result.get("output", ""), sys.stdout, raw))
+            if not live:
+                write_stdout(for_stream(result.get("output", ""), sys.stdout, raw))
             if result.get("exception_info"):
                 typer.echo(for_stream(result["exception_info"], sys.stderr, raw), err=True)
         return exit_status(result)
 
     raise typer.Exit(run_guarded(body))
+
+
+def streamed(environment: Any, action: dict[str, Any], cwd: str, timeout: float | None, raw: bool) -> dict[str, Any]:
+    """Run ``action`` with ``environment.stream``, writing each output chunk to stdout as it
+    arrives (escaped on a terminal unless ``raw``, as ``for_stream``); the result dict.
+
+    Raises:
+        Submitted: the command submitted (its output was written already). What ``execute`` raises.
+    """
+    import contextlib
+
+    escape = StreamEscaper() if not raw and is_terminal(sys.stdout) else None
+    try:
+        with contextlib.closing(environment.stream(action, cwd, timeout=timeout)) as events:
+            for event in events:
+                if event.done:
+                    return event.result
+                write_stdout(escape.feed(event.text) if escape else event.text)
+    finally:
+        if escape is not None:
+            write_stdout(escape.flush())
+    raise RuntimeError("the stream ended without a result")  # pragma: no cover - the contract forbids it

@@ -72,8 +72,11 @@ app = typer.Typer()
 
 
 def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Path | None, output: Path,
-              console: Console, confirm: bool = False) -> tuple[str, str, Outcome | None]:
+              console: Console, confirm: bool = False,
+              stream: bool | None = None) -> tuple[str, str, Outcome | None]:
     """Build model, environment and agent from ``config``, run ``task``, save trajectory and submission.
+
+    ``stream``: show each command's output as it arrives (None: when ``console`` is a terminal).
 
     Returns:
         tuple[str, str, Outcome | None]: ``(exit_status, submission, outcome)``; the submission
@@ -93,7 +96,7 @@ def run_agent(config: dict[str, Any], task: str, env_spec: str, *, workspace: Pa
         environment, scratch = build_environment(data, workspace, functools.partial(warn, console))
         try:
             with environment:
-                agent = make_cli_agent(model, environment, console, confirm=confirm,
+                agent = make_cli_agent(model, environment, console, confirm=confirm, stream=stream,
                                        **{**config["agent"], "output_path": output})
                 status, submission = agent.run(task)
         finally:
@@ -160,6 +163,10 @@ def run(
                                                            show_default=False)] = None,
     confirm: Annotated[bool, typer.Option("--confirm", help="Approve, reject (with a reason) or edit each "
                                                             "command before it runs (needs a terminal).")] = False,
+    stream: Annotated[bool | None, typer.Option("--stream/--no-stream",
+                                                help="Show each command's output as it arrives (control characters "
+                                                     "escaped). Default: when stderr (the progress) is a terminal.",
+                                                show_default=False)] = None,
 ) -> None:
     """Run the agent on a task in a sandbox (see RUN_HELP)."""
     text = read_task(task, task_file)
@@ -178,7 +185,7 @@ def run(
         console = progress_console()
         try:
             status, submission, outcome = run_agent(config, text, str(env_spec), workspace=workspace,
-                                                    output=path, console=console, confirm=confirm)
+                                                    output=path, console=console, confirm=confirm, stream=stream)
         except KeyboardInterrupt as exc:
             return interrupted(exc, f"; trajectory saved to {path}")
         show_summary(progress_console_stdout(), status, submission, path)

@@ -18,6 +18,10 @@ result dicts of the executed actions (one per action, in order) into the message
 them: ``{"role": "tool", "tool_call_id": ..., "content": ...}`` per tool call for tool-calling
 models, one ``{"role": "user", ...}`` message for text models.
 
+``await Model.aquery(messages)``, where a model has it (``litellm``, ``litellm_text``), is ``query``
+awaited on the running event loop (``litellm.acompletion``): ``swe_sandbox.batch.arollout`` routes
+the agent's calls through it; a model without it (the scripted ones) is queried with ``query``.
+
 Models also expose ``cost`` (float, USD), ``n_calls`` (int), ``get_template_vars()`` and
 ``serialize()`` like environments do. ``swe_sandbox.protocols.Model`` states this contract as a
 type; ``swe_sandbox.models.actions`` holds what every model shares (the ``bash`` tool, the reply

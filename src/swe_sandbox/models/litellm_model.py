@@ -2,6 +2,7 @@
 
     model = LitellmModel(model_name="anthropic/claude-sonnet-4-5", model_kwargs={"temperature": 0})
     message = model.query(history)              # may raise FormatError / ModelError / LimitsExceeded
+    message = await model.aquery(history)       # the same through litellm.acompletion, on the running loop
     history.append(message)
     outputs = [env.execute(a) for a in message["extra"]["actions"]]
     history += model.format_observation_messages(message, outputs, template_vars)
@@ -26,7 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import threading
 import time
 from typing import Any, Literal
 
@@ -41,7 +41,7 @@ from swe_sandbox.models.actions import (
     format_observation_messages,
     parse_tool_calls,
 )
-from swe_sandbox.models.retry import RetryConfig, call_with_retries
+from swe_sandbox.models.retry import Interruption, RetryConfig, acall_with_retries, call_with_retries
 from swe_sandbox.models.stats import GLOBAL_STATS
 from swe_sandbox.redact import find_secrets, redact
 from swe_sandbox.templates import check_template, render_template
@@ -197,7 +197,7 @@ class LitellmModel:
         self.cost = 0.0
         self.n_calls = 0
         self._secrets = sorted(find_secrets(self.config.model_kwargs))
-        self._interrupted = threading.Event()
+        self._interrupted = Interruption()
 
     def query(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
         """Ask the model for its next step.
@@ -214,20 +214,33 @@ class LitellmModel:
             ModelError: the provider failed for good, or the cost is unknown (``cost_tracking: default``).
             LimitsExceeded: a process-wide cost or call cap is reached (``models.stats``).
         """
-        response, cost = self._complete(messages, **kwargs)
-        choice = response.choices[0]
-        message = self._assistant_message(choice.message)
-        extra = {"cost": cost, "timestamp": time.time(), "finish_reason": choice.finish_reason,
-                 "model": getattr(response, "model", None), "response_id": getattr(response, "id", None),
-                 "usage": _json_safe(getattr(response, "usage", None))}
-        actions, problems = self.parse_actions(message)
-        if problems:
-            raise self._format_error(message, extra, response, problems)
-        return self._redacted({**message, "extra": {**extra, "actions": actions}})
+        litellm = _litellm()
+        params = self._start_call(messages, kwargs)
+        response = call_with_retries(lambda: litellm.completion(**params), self.config.retry, secrets=self._secrets,
+                                     interrupted=self._interrupted)
+        return self._reply(response)
+
+    async def aquery(self, messages: list[dict[str, Any]], **kwargs: Any) -> dict[str, Any]:
+        """``query`` through ``litellm.acompletion``, awaited on the running event loop (the same
+        reply, cost, parsing, errors and retry policy; the waits between retries are asyncio sleeps).
+
+        litellm is imported on the first call if it was not yet (seconds of CPU on the loop's
+        thread): call ``warm_up()`` beforehand, from a thread, to keep the loop free.
+
+        Raises:
+            FormatError, ModelError, LimitsExceeded: as ``query``.
+            asyncio.CancelledError: the awaiting task was cancelled (the request is abandoned).
+        """
+        litellm = _litellm()
+        params = self._start_call(messages, kwargs)
+        response = await acall_with_retries(lambda: litellm.acompletion(**params), self.config.retry,
+                                            secrets=self._secrets, interrupted=self._interrupted)
+        return self._reply(response)
 
     def interrupt(self) -> None:
         """End a wait between retries at once, and every later retry, with ``ModelError``
-        (thread-safe; a batch's Ctrl-C calls it). A request in flight runs to its own timeout."""
+        (thread-safe, for ``query`` and ``aquery`` alike; a batch's Ctrl-C calls it). A request in
+        flight runs to its own timeout."""
         self._interrupted.set()
 
     def prepare_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,20 +282,30 @@ class LitellmModel:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _complete(self, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[Any, float]:
-        litellm = _litellm()
+    def _start_call(self, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Count the call (``models.stats`` may refuse it: ``LimitsExceeded``); the completion's arguments."""
         GLOBAL_STATS.start_call()
         self.n_calls += 1
         params = {**self.config.model_kwargs, **kwargs, "model": self.config.model_name,
                   "messages": self.prepare_messages(messages), "num_retries": 0, "max_retries": 0}
         if self.tools:
             params["tools"] = self.tools
-        response = call_with_retries(lambda: litellm.completion(**params), self.config.retry, secrets=self._secrets,
-                                     interrupted=self._interrupted)
+        return params
+
+    def _reply(self, response: Any) -> dict[str, Any]:
+        """The assistant message of a completion (its cost counted), or the ``FormatError`` raised."""
         cost = self._cost(response)
         self.cost += cost
         GLOBAL_STATS.add_cost(cost)
-        return response, cost
+        choice = response.choices[0]
+        message = self._assistant_message(choice.message)
+        extra = {"cost": cost, "timestamp": time.time(), "finish_reason": choice.finish_reason,
+                 "model": getattr(response, "model", None), "response_id": getattr(response, "id", None),
+                 "usage": _json_safe(getattr(response, "usage", None))}
+        actions, problems = self.parse_actions(message)
+        if problems:
+            raise self._format_error(message, extra, response, problems)
+        return self._redacted({**message, "extra": {**extra, "actions": actions}})
 
     def _cost(self, response: Any) -> float:
         litellm = _litellm()

@@ -17,10 +17,16 @@
   not provider failures (a bug) propagate unchanged.
 - An ``interrupted`` event (a batch's Ctrl-C, set from another thread) ends a wait between
   attempts at once, as ``ModelError``: a cancelled batch does not sit out a provider's outage.
+
+``call_with_retries`` runs a sync call under this policy, ``acall_with_retries`` an async one (an
+awaited provider call, tenacity's ``AsyncRetrying``; its waits are ``asyncio`` sleeps that an
+``Interruption``, set from any thread, ends at once). Both share every rule above.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email.utils
 import functools
 import logging
@@ -28,7 +34,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -163,6 +169,48 @@ def describe(exc: BaseException) -> str:
 INTERRUPTED_MESSAGE = "model call interrupted while waiting to retry"
 
 
+class Interruption(threading.Event):
+    """A ``threading.Event`` whose ``set()`` (from any thread) also ends ``wait_async`` calls at
+    once, on whatever event loop they run: the interrupt of a model whose calls may be sync or async."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._waiters: set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = set()
+        self._waiters_lock = threading.Lock()
+
+    def set(self) -> None:
+        super().set()
+        with self._waiters_lock:
+            waiters = list(self._waiters)
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # that loop is closed: nothing waits there any more
+                loop.call_soon_threadsafe(_resolve, waiter)
+
+    async def wait_async(self, seconds: float) -> bool:
+        """Sleep ``seconds`` on the running loop or until set, whichever comes first.
+
+        Returns:
+            bool: True when set (the sleep was cut short or it was set already).
+        """
+        loop = asyncio.get_running_loop()
+        key = (loop, loop.create_future())
+        with self._waiters_lock:
+            self._waiters.add(key)
+        try:
+            if not self.is_set():
+                await asyncio.wait({key[1]}, timeout=seconds)
+            return self.is_set()
+        finally:
+            with self._waiters_lock:
+                self._waiters.discard(key)
+            key[1].cancel()
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iterable[str] = (),
                       interrupted: threading.Event | None = None) -> T:
     """Call ``fn()`` under the retry policy of the module docstring.
@@ -187,26 +235,75 @@ def call_with_retries(fn: Callable[[], T], config: RetryConfig, *, secrets: Iter
     """
     import tenacity
 
-    if interrupted is not None and interrupted.is_set():
-        raise ModelError(INTERRUPTED_MESSAGE, interrupted=True)
-    secrets = list(secrets)
-    retrying = tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(config.max_attempts) | tenacity.stop_before_delay(config.max_total_s),
-        wait=functools.partial(_wait, config),
-        retry=tenacity.retry_if_exception(is_retryable),
-        before_sleep=functools.partial(_log_retry, secrets),
-        sleep=functools.partial(_sleep, interrupted or threading.Event()),
-        reraise=True,
-    )
+    secrets = _check_start(interrupted, secrets)
+    retrying = tenacity.Retrying(sleep=functools.partial(_sleep, interrupted or threading.Event()),
+                                 **_policy(config, secrets))
     start = time.monotonic()
     try:
         return retrying(fn)
     except _Interrupted:
         raise ModelError(INTERRUPTED_MESSAGE, interrupted=True) from None
     except provider_errors() as exc:
-        attempts = retrying.statistics.get("attempt_number", 1)
-        message = redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)
-        raise ModelError(message, gave_up=is_retryable(exc)) from None
+        raise _gave_up(exc, retrying.statistics, start, config, secrets) from None
+
+
+async def acall_with_retries(fn: Callable[[], Awaitable[T]], config: RetryConfig, *, secrets: Iterable[str] = (),
+                             interrupted: Interruption | None = None) -> T:
+    """Await ``fn()`` under the same policy as ``call_with_retries`` (tenacity's ``AsyncRetrying``).
+
+    Args:
+        fn: returns the awaitable provider call (e.g. ``lambda: litellm.acompletion(**params)``).
+        config (RetryConfig): attempts, total cap (seconds) and backoff.
+        secrets (Iterable[str]): values to mask in logs and in the error message.
+        interrupted (Interruption | None): once set (from any thread), no further attempt starts
+            and a wait between attempts ends at once (default None: waits run their course).
+
+    Returns:
+        What the awaited call returned.
+
+    Raises:
+        ModelError: as ``call_with_retries``.
+        asyncio.CancelledError: the awaiting task was cancelled (a request in flight is abandoned).
+        KeyboardInterrupt: at once. Any other exception of ``fn`` (a bug) propagates unchanged.
+    """
+    import tenacity
+
+    secrets = _check_start(interrupted, secrets)
+    retrying = tenacity.AsyncRetrying(sleep=functools.partial(_asleep, interrupted), **_policy(config, secrets))
+
+    async def attempt() -> T:  # tenacity awaits only a coroutine function's result
+        return await fn()
+
+    start = time.monotonic()
+    try:
+        return await retrying(attempt)
+    except _Interrupted:
+        raise ModelError(INTERRUPTED_MESSAGE, interrupted=True) from None
+    except provider_errors() as exc:
+        raise _gave_up(exc, retrying.statistics, start, config, secrets) from None
+
+
+def _check_start(interrupted: threading.Event | None, secrets: Iterable[str]) -> list[str]:
+    """``secrets`` as a list; raises the interrupted ``ModelError`` when ``interrupted`` is set."""
+    if interrupted is not None and interrupted.is_set():
+        raise ModelError(INTERRUPTED_MESSAGE, interrupted=True)
+    return list(secrets)
+
+
+def _policy(config: RetryConfig, secrets: list[str]) -> dict[str, Any]:
+    """tenacity's arguments of the policy (all but ``sleep``), shared by the sync and async calls."""
+    import tenacity
+
+    return {"stop": tenacity.stop_after_attempt(config.max_attempts) | tenacity.stop_before_delay(config.max_total_s),
+            "wait": functools.partial(_wait, config), "retry": tenacity.retry_if_exception(is_retryable),
+            "before_sleep": functools.partial(_log_retry, secrets), "reraise": True}
+
+
+def _gave_up(exc: BaseException, statistics: dict[str, Any], start: float, config: RetryConfig,
+             secrets: list[str]) -> ModelError:
+    attempts = statistics.get("attempt_number", 1)
+    message = redact(_give_up_message(exc, attempts, time.monotonic() - start, config), secrets)
+    return ModelError(message, gave_up=is_retryable(exc))
 
 
 class _Interrupted(Exception):
@@ -215,6 +312,13 @@ class _Interrupted(Exception):
 
 def _sleep(interrupted: threading.Event, seconds: float) -> None:
     if interrupted.wait(seconds):
+        raise _Interrupted
+
+
+async def _asleep(interrupted: Interruption | None, seconds: float) -> None:
+    if interrupted is None:
+        await asyncio.sleep(seconds)
+    elif await interrupted.wait_async(seconds):
         raise _Interrupted
 
 
