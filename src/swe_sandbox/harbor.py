@@ -216,5 +216,10 @@ class BwrapEnvironment(SweSandboxEnvironment):
 
     backend = "bwrap"
 
+    @classmethod
+    def preflight(cls) -> None:
+        """``harbor run`` stops here, before any trial, with ``UNSUPPORTED_BWRAP``."""
+        raise SystemExit(UNSUPPORTED_BWRAP)
+
     def _validate_definition(self) -> None:
         raise RuntimeError(UNSUPPORTED_BWRAP)
