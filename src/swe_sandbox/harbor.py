@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.environments.definition import should_use_prebuilt_docker_image
+
 import swe_sandbox
 from swe_sandbox.environments import environment_class
 
