@@ -7,7 +7,8 @@ that scripts/setup.sh makes (Harbor 0.25.0, ``SWE_SANDBOX_HARBOR_VENV``), with t
 ``src`` first on its path. Each of our backends must give what Harbor's own ``docker`` environment
 gives on the same tasks (its job runs once, shared): reward 1.0 on the solvable tasks, and on
 ``verifier-timeout`` a ``VerifierTimeoutError`` after its 3 s, the trial ending on time; and after
-the job nothing is left: no container of ours, no process of the task. bwrap is declared
+the job nothing is left: no container of ours, no process of the task. ``no-network`` runs on ours
+only (Harbor's docker enforces it with a sidecar it builds from the network). bwrap is declared
 unsupported: the job stops before any trial with ``UNSUPPORTED_BWRAP``. Outside CI a missing venv
 or engine skips; under CI it fails.
 """
@@ -24,13 +25,18 @@ from typing import Any
 
 import pytest
 
+from swe_sandbox.environments import environment_class
+
 HERE = Path(__file__).parent
 TASKS = HERE / "tasks"
 SRC = HERE.parents[1] / "src"
 VENV = Path(os.environ.get("SWE_SANDBOX_HARBOR_VENV", "/opt/swe-sandbox/harbor-venv"))
 HARBOR = VENV / "bin" / "harbor"
 #: What the solvable tasks give with the oracle (rewards by name).
-SOLVED = {"build-and-run": {"reward": 1.0}, "tree-roundtrip": {"reward": 1.0, "workdir": 1.0}}
+SOLVED = {"build-and-run": {"reward": 1.0}, "tree-roundtrip": {"reward": 1.0, "workdir": 1.0},
+          "no-network": {"reward": 1.0}}
+#: Not run on Harbor's own docker environment: it enforces no-network with a sidecar built from the network.
+OURS_ONLY = ("no-network",)
 VERIFIER_TIMEOUT_S = 3.0  # tasks/verifier-timeout/task.toml
 MARKER = "sleep 1017"  # what tasks/verifier-timeout/tests/test.sh leaves running
 LABEL = "org.swe-sandbox.harbor-session"  # swe_sandbox.harbor's label on its containers
@@ -38,12 +44,21 @@ LABEL = "org.swe-sandbox.harbor-session"  # swe_sandbox.harbor's label on its co
 pytestmark = pytest.mark.timeout(600)
 
 
+def _missing(message: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
 def _need_venv() -> None:
     if not HARBOR.is_file():
-        message = f"no Harbor venv at {VENV} (scripts/setup.sh makes it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
+        _missing(f"no Harbor venv at {VENV} (scripts/setup.sh makes it)")
+
+
+def _need_engine(backend: str) -> None:
+    reason = environment_class(backend).unavailable_reason()
+    if reason:
+        _missing(f"{backend}: {reason}")
 
 
 def harbor_run(spec: str, jobs: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -92,12 +107,14 @@ def leftovers() -> dict[str, str]:
     return found
 
 
-def check_job(done: subprocess.CompletedProcess[str], jobs: Path) -> dict[str, dict[str, Any]]:
-    """The job ran every task; the solvable ones are solved, the hanging verifier ended on time."""
+def check_job(done: subprocess.CompletedProcess[str], jobs: Path, skipped: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The job ran every task (but ``skipped``); the solvable ones are solved, the hanging verifier ended on time."""
     results = trials(jobs)
-    assert sorted(results) == sorted([*SOLVED, "verifier-timeout"]), done.stdout[-3000:] + done.stderr[-3000:]
+    expected = [name for name in [*SOLVED, "verifier-timeout"] if name not in skipped]
+    assert sorted(results) == sorted(expected), done.stdout[-3000:] + done.stderr[-3000:]
     for name, rewards in SOLVED.items():
-        assert outcome(results[name]) == (rewards, None), results[name].get("exception_info")
+        if name not in skipped:
+            assert outcome(results[name]) == (rewards, None), results[name].get("exception_info")
     hung = results["verifier-timeout"]
     assert outcome(hung) == (None, "VerifierTimeoutError"), hung.get("exception_info")
     assert VERIFIER_TIMEOUT_S - 0.5 < seconds(hung["verifier"]) < VERIFIER_TIMEOUT_S + 2.0, hung["verifier"]
@@ -107,8 +124,10 @@ def check_job(done: subprocess.CompletedProcess[str], jobs: Path) -> dict[str, d
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, Any]]:
     """The outcomes with Harbor's own docker environment (docker compose), once per module."""
+    _need_engine("docker")
     jobs = tmp_path_factory.mktemp("harbor-docker")
-    results = check_job(harbor_run("docker", jobs), jobs)
+    excluded = [arg for name in OURS_ONLY for arg in ("-x", name)]
+    results = check_job(harbor_run("docker", jobs, *excluded), jobs, skipped=OURS_ONLY)
     return {name: outcome(result) for name, result in results.items()}
 
 
@@ -116,9 +135,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, 
                                      pytest.param("podman", marks=pytest.mark.podman)])
 def test_oracle_job_matches_harbors_docker(backend: str, reference: dict[str, tuple[Any, Any]],
                                            tmp_path: Path) -> None:
+    _need_engine(backend)
     done = harbor_run(f"swe_sandbox.harbor:{backend.capitalize()}Environment", tmp_path)
     results = check_job(done, tmp_path)
-    assert {name: outcome(result) for name, result in results.items()} == reference
+    assert {name: outcome(result) for name, result in results.items() if name not in OURS_ONLY} == reference
     hung = results["verifier-timeout"]
     ended = datetime.fromisoformat(hung["finished_at"].replace("Z", "+00:00"))
     verifier_end = datetime.fromisoformat(hung["verifier"]["finished_at"].replace("Z", "+00:00"))
