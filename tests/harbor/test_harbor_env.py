@@ -8,7 +8,10 @@ that scripts/setup.sh makes (Harbor 0.25.0, ``SWE_SANDBOX_HARBOR_VENV``), with t
 gives on the same tasks (its job runs once, shared): reward 1.0 on the solvable tasks, and on
 ``verifier-timeout`` a ``VerifierTimeoutError`` after its 3 s, the trial ending on time; and after
 the job nothing is left: no container of ours, no process of the task. ``no-network`` runs on ours
-only (Harbor's docker enforces it with a sidecar it builds from the network). bwrap is declared
+only (Harbor's docker enforces it with a sidecar it builds from the network). ``exec_contract.py``
+drives one environment as a trial does (merged output, env, users, cwd, file trees, is_dir): ours
+must observe what Harbor's own docker observes, and past an exec's ``timeout_sec`` or a cancelled
+call no process of the command may survive (Harbor's docker leaves them running until ``stop``). bwrap is declared
 unsupported: the job stops before any trial with ``UNSUPPORTED_BWRAP``. Outside CI a missing venv
 or engine skips; under CI it fails.
 """
@@ -19,6 +22,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +44,8 @@ OURS_ONLY = ("no-network",)
 VERIFIER_TIMEOUT_S = 3.0  # tasks/verifier-timeout/task.toml
 MARKER = "sleep 1017"  # what tasks/verifier-timeout/tests/test.sh leaves running
 LABEL = "org.swe-sandbox.harbor-session"  # swe_sandbox.harbor's label on its containers
+#: The docker CLI's config for these tests: only the Compose plugin of the venv.
+DOCKER_CONFIG = Path(tempfile.gettempdir()) / "swe-sandbox-harbor-docker-config"
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -53,6 +59,11 @@ def _missing(message: str) -> None:
 def _need_venv() -> None:
     if not HARBOR.is_file():
         _missing(f"no Harbor venv at {VENV} (scripts/setup.sh makes it)")
+    plugin = DOCKER_CONFIG / "cli-plugins" / "docker-compose"  # Compose v2, for Harbor's own docker environment
+    if not plugin.exists():
+        plugin.parent.mkdir(parents=True, exist_ok=True)
+        plugin.unlink(missing_ok=True)
+        plugin.symlink_to(VENV / "bin" / "docker-compose")
 
 
 def _need_engine(backend: str) -> None:
@@ -64,11 +75,8 @@ def _need_engine(backend: str) -> None:
 def harbor_run(spec: str, jobs: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``harbor run`` of every task with the oracle on environment ``spec``, results under ``jobs``."""
     _need_venv()
-    plugins = jobs / "docker-config" / "cli-plugins"  # Compose v2 for Harbor's own docker environment
-    plugins.mkdir(parents=True)
-    (plugins / "docker-compose").symlink_to(VENV / "bin" / "docker-compose")
     env = {**os.environ, "PYTHONPATH": str(SRC), "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "DOCKER_CONFIG": str(plugins.parent)}
+           "DOCKER_CONFIG": str(DOCKER_CONFIG)}
     argv = [str(HARBOR), "run", "-p", str(TASKS), "-a", "oracle", "--env", spec, "-o", str(jobs / "jobs"),
             "-n", "3", "-y", "-q", *args]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=540, stdin=subprocess.DEVNULL)
@@ -144,6 +152,44 @@ def test_oracle_job_matches_harbors_docker(backend: str, reference: dict[str, tu
     verifier_end = datetime.fromisoformat(hung["verifier"]["finished_at"].replace("Z", "+00:00"))
     assert (ended - verifier_end).total_seconds() < 5.0, "the trial did not end soon after its verifier timed out"
     assert leftovers() == {}
+
+
+def exec_contract(spec: str, marker: int) -> dict[str, Any]:
+    """What ``exec_contract.py`` observes of the environment ``spec`` (run by the venv's python)."""
+    _need_venv()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "DOCKER_CONFIG": str(DOCKER_CONFIG)}
+    done = subprocess.run([str(VENV / "bin" / "python"), str(HERE / "exec_contract.py"), spec,
+                           str(TASKS / "verifier-timeout" / "environment"), str(marker)],
+                          env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+#: Observations that differ: how long things took, what survived a timeout, and the exit status of
+#: ``exit 3``, which Harbor 0.25.0's docker reports as 0 when its own stdin is /dev/null (as under CI).
+DIFFERENT = ("timeout_s", "cancel_s", "alive_after_timeout", "alive_after_cancel", "merged")
+
+
+@pytest.fixture(scope="module")
+def reference_contract() -> dict[str, Any]:
+    """Harbor's own docker environment under ``exec_contract.py`` (once per module)."""
+    _need_engine("docker")
+    return exec_contract("harbor.environments.docker.docker:DockerEnvironment", 1020)
+
+
+@pytest.mark.parametrize("backend", [pytest.param("docker", marks=pytest.mark.docker),
+                                     pytest.param("podman", marks=pytest.mark.podman)])
+def test_exec_and_files_as_harbors_docker_and_timeouts_kill_the_tree(backend: str,
+                                                                     reference_contract: dict[str, Any]) -> None:
+    _need_engine(backend)
+    seen = exec_contract(f"swe_sandbox.harbor:{backend.capitalize()}Environment", 1018)
+    assert {k: v for k, v in seen.items() if k not in DIFFERENT} == \
+        {k: v for k, v in reference_contract.items() if k not in DIFFERENT}
+    assert seen["merged"] == [*reference_contract["merged"][:2], 3] == ["out\nerr\n", None, 3]
+    assert seen["nobody"] == "nobody\n"
+    assert seen["timeout_error"] == "Command timed out after 2 seconds" and seen["timeout_s"] < 3.0
+    assert seen["alive_after_timeout"] == seen["alive_after_cancel"] == seen["alive_after_stop"] == 0
+    assert seen["cancel_s"] < 1.0 and seen["after"] == "still here\n"
 
 
 @pytest.mark.bwrap
