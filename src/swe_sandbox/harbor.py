@@ -93,15 +93,17 @@ class SweSandboxEnvironment(BaseEnvironment):
         if not self.task_env_config.docker_image and not (self.environment_dir / "Dockerfile").is_file():
             raise FileNotFoundError(f"{self.environment_dir / 'Dockerfile'} not found and no docker_image set")
 
-    async def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args)`` in this environment's worker thread; cancelled, it cancels our running command."""
-        future = asyncio.get_running_loop().run_in_executor(self._worker, lambda: fn(*args, **kwargs))
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` in this environment's worker thread. Cancelled while queued, it never runs;
+        while running, its command (if any) is cancelled, its whole tree killed, and awaited."""
+        work = self._worker.submit(fn, *args)
+        future = asyncio.wrap_future(work)
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if self._env is not None:
-                self._env.cancel()  # the command's tree is killed; its call returns at once
-            await asyncio.wait([future])
+            if not work.cancel() and self._env is not None:
+                self._env.cancel()  # the running call returns at once
+                await asyncio.wait([future])
             raise
 
     async def _build(self) -> str:

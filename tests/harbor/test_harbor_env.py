@@ -166,7 +166,8 @@ def exec_contract(spec: str, marker: int) -> dict[str, Any]:
 
 
 #: Observations that differ: how long things took, what survived a timeout, and the exit status of
-#: ``exit 3``, which Harbor 0.25.0's docker reports as 0 when its own stdin is /dev/null (as under CI).
+#: ``exit 3``, which Harbor 0.25.0's docker reports as 0 when its own stdin is /dev/null (as under CI),
+#: and the order of stdout and stderr lines, which its docker (two streams of docker compose) varies.
 DIFFERENT = ("timeout_s", "cancel_s", "alive_after_timeout", "alive_after_cancel", "merged")
 
 
@@ -185,7 +186,8 @@ def test_exec_and_files_as_harbors_docker_and_timeouts_kill_the_tree(backend: st
     seen = exec_contract(f"swe_sandbox.harbor:{backend.capitalize()}Environment", 1018)
     assert {k: v for k, v in seen.items() if k not in DIFFERENT} == \
         {k: v for k, v in reference_contract.items() if k not in DIFFERENT}
-    assert seen["merged"] == [*reference_contract["merged"][:2], 3] == ["out\nerr\n", None, 3]
+    assert seen["merged"] == ["out\nerr\n", None, 3]  # in the order written: Harbor's docker's order varies
+    assert sorted(reference_contract["merged"][0].splitlines()) == ["err", "out"]
     assert seen["nobody"] == "nobody\n"
     assert seen["timeout_error"] == "Command timed out after 2 seconds" and seen["timeout_s"] < 3.0
     assert seen["alive_after_timeout"] == seen["alive_after_cancel"] == seen["alive_after_stop"] == 0
