@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "cli", "__main__"},
+    {"minisweagent", "harbor", "cli", "__main__"},
 ]
 
 
