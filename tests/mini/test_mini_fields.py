@@ -127,7 +127,7 @@ import swe_sandbox
 swe_sandbox.get_environment
 if sys.argv[1] == "all-modules":
     for info in pkgutil.walk_packages(swe_sandbox.__path__, "swe_sandbox."):
-        if info.name not in ("swe_sandbox.__main__", "swe_sandbox.minisweagent"):
+        if info.name not in ("swe_sandbox.__main__", "swe_sandbox.minisweagent", "swe_sandbox.harbor"):
             importlib.import_module(info.name)
 else:
     from swe_sandbox.cli import main

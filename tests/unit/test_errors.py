@@ -13,8 +13,9 @@ from swe_sandbox import errors
 
 #: Roots the drawing hangs from (builtins, not ours).
 BUILTIN_ROOTS = {"Exception": Exception, "BaseException": BaseException, "KeyboardInterrupt": KeyboardInterrupt}
-#: Modules that are not imported here: the runner is a stdlib-only program run inside sandboxes.
-NOT_IMPORTED = {"swe_sandbox.runner", "swe_sandbox.__main__"}
+#: Modules not imported here: the runner (a program of its own), __main__, and harbor.py (it imports harbor,
+#: which needs Python >= 3.12: tests/harbor run it in the Harbor venv).
+NOT_IMPORTED = {"swe_sandbox.runner", "swe_sandbox.__main__", "swe_sandbox.harbor"}
 
 
 def drawn_parents() -> dict[str, str]:
