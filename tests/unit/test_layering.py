@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "cli", "__main__"},
+    {"minisweagent", "mini_fields", "cli", "__main__"},
 ]
 
 
