@@ -38,12 +38,6 @@ MINI_PULL_TIMEOUT_S = 120.0
 MINI_CONTAINER_CWD = "/"
 #: The only ``interpreter`` (a field of mini's docker class) that says what we do.
 BASH_C = ["bash", "-c"]
-#: mini's ``BubblewrapEnvironment`` default ``wrapper_args`` (v2.4.6): accepted as they are, since
-#: mini's own config class fills them in; our policy holds instead (module ``bwrap``).
-MINI_WRAPPER_ARGS = ["--unshare-user-try", "--ro-bind", "/usr", "/usr", "--ro-bind", "/bin", "/bin", "--ro-bind",
-                     "/lib", "/lib", "--ro-bind", "/lib64", "/lib64", "--ro-bind", "/etc", "/etc", "--tmpfs", "/tmp",
-                     "--proc", "/proc", "--dev", "/dev", "--new-session", "--setenv", "PATH",
-                     "/usr/local/bin:/usr/sbin:/usr/bin:/bin"]
 #: An ``executable`` of a container class names its engine by its file name: ``docker``, ``podman``.
 ENGINE_EXECUTABLE = re.compile(r"(docker|podman)(-remote)?(\.exe)?")
 
@@ -88,14 +82,6 @@ def _run_args(field: str, value: Any, backend: str) -> dict[str, Any]:
                                   f"or create_args; got {value!r}")
 
 
-def _wrapper_args(field: str, value: Any, backend: str) -> dict[str, Any]:
-    if value == MINI_WRAPPER_ARGS:  # mini's default, as its own config class fills it in
-        return {}
-    raise refused(field, backend, "the sandbox's bwrap arguments are its isolation policy, not a setting; use the "
-                                  "fields (ro_binds, share_net, workspace, mount_point, max_* limits, ...); only "
-                                  f"mini's default is accepted, got {value!r}")
-
-
 def _container_timeout(field: str, value: Any, backend: str) -> dict[str, Any]:
     """``sleep``'s duration (``2h``, ``90m``, ``30``) becomes ``max_lifetime`` in seconds."""
     match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smhd]?)\s*", str(value))
@@ -120,8 +106,12 @@ HOST_FIELDS: dict[str, Translate] = {
                                                    "pull_timeout")},
 }
 #: mini's bubblewrap fields (and its docker ones) on the bwrap backend.
-BWRAP_FIELDS: dict[str, Translate] = {**HOST_FIELDS, "executable": _rename("bwrap_path"),
-                                      "wrapper_args": _wrapper_args}
+BWRAP_FIELDS: dict[str, Translate] = {
+    **HOST_FIELDS,
+    "executable": _rename("bwrap_path"),
+    "wrapper_args": _refuse("the sandbox's bwrap arguments are its isolation policy, not a setting; use the fields "
+                            "(ro_binds, share_net, workspace, mount_point, max_* limits, ...)"),
+}
 
 
 class MiniConfig(EnvironmentConfig):
@@ -142,6 +132,8 @@ class MiniConfig(EnvironmentConfig):
     @classmethod
     def translate(cls, data: Mapping[str, Any]) -> dict[str, Any]:
         """``data`` (mini's names and ours) in our names only, on top of mini's defaults.
+
+        Translating its own result again changes nothing (the config class's validation does).
 
         Raises:
             ConfigError: a mini field without a meaning here (the message names it and says why).

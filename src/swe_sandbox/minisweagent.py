@@ -148,7 +148,8 @@ class _MiniEnvironment(_Mixed):
             ConfigError: as ``__init__``.
         """
         data = load_yaml(data_dir("environments") / f"{cls.backend}.yaml")
-        return validate(cls.config_class, {**data, **fields})
+        # translated first, so a refusal is raised as it is (validation translates again: a no-op)
+        return validate(cls.config_class, cls.config_class.translate({**data, **fields}))
 
     def _check_result(self, result: dict[str, Any]) -> None:
         """A timed-out result also says what mini's say: ``exception_type``, ``exception``."""
