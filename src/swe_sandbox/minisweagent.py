@@ -235,7 +235,7 @@ class BwrapEnvironment(_MiniEnvironment, bwrap.BwrapEnvironment):
             super().__init__(**fields)
         except errors.ConfigError as exc:
             where = mini_fields.host_dir_cwd(fields)
-            if where is None:
+            if where is None or not str(exc).startswith("environment.workspace: "):
                 raise
             raise errors.ConfigError(f"environment.cwd: {where} is a host directory, which is bound read-write at the "
                                      f"same path (as the workspace), as mini-swe-agent binds it; it cannot be: {exc}"
