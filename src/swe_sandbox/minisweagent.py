@@ -10,19 +10,26 @@ In a mini-swe-agent config (or with ``--environment-class``), only the class and
 
 mini builds an environment as ``Class(**fields)``. The fields are the backend's config fields
 (its config class documents them; they apply on top of the preset ``environments/<backend>.yaml``,
-as ``get_environment`` does); mini's common names ``cwd``, ``env``, ``forward_env``, ``timeout``,
-``image`` and (containers) ``pull_timeout`` mean the same here. Fields of mini's own ``DockerEnvironment`` and ``BubblewrapEnvironment`` that are
-not ours are translated by the class's ``mini_fields``: mapped where they mean something here,
-refused (``ConfigError`` naming the field and saying why) where they do not. Any other unknown
-field is refused too: nothing is ignored.
+as ``get_environment`` does), read by this module's config classes (``swe_sandbox.mini_fields``,
+one per class: ``DockerEnvironmentConfig``, ...): mini's defaults where ours differ (``timeout``
+30 s; containers ``pull_timeout`` 120 s and ``cwd`` ``/``), mini's common names (``cwd``,
+``env``, ``forward_env``, ``timeout``, ``image``, ``pull_timeout``) with the same meaning, and
+mini's other fields mapped where they mean something here, refused (``ConfigError`` naming the
+field and saying why) where they do not. Any other unknown field is refused too: nothing is ignored.
 
 What these classes add to the core ones, which stay as they are:
 
 - the submission sentinel raises ``Submitted``, a subclass of mini's ``Submitted`` (and of ours)
   carrying the exit message mini's agents expect, so mini's loop ends with ``exit_status:
   Submitted``;
+- a timed-out result carries ``extra["exception_type"]`` ``"TimeoutExpired"`` and
+  ``extra["exception"]``, as mini's own environments' results do;
 - ``get_template_vars()`` adds the sandbox's ``uname`` (``system``, ``node``, ``release``,
   ``version``, ``machine``; mini's templates read them), read inside the sandbox once;
+- ``DockerEnvironment`` and ``PodmanEnvironment`` start their container when built, as mini's
+  ``DockerEnvironment`` does (``container_id`` is set then), and an ``executable`` (or
+  ``MSWEA_DOCKER_EXECUTABLE``) naming the other engine builds the other class;
+- ``BwrapEnvironment.working_dir``: the host directory commands start in, as mini's;
 - ``cleanup()``, mini's name for ``close()``, and closing on garbage collection: mini's batch
   runner never closes its environments.
 
@@ -34,22 +41,30 @@ from __future__ import annotations
 
 import atexit
 import functools
-import re
+import os
 import sys
 import weakref
-from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import minisweagent.exceptions
 
-from swe_sandbox import errors
+from swe_sandbox import errors, mini_fields
 from swe_sandbox.config import data_dir, load_yaml, validate
 from swe_sandbox.environments import bwrap, local
 from swe_sandbox.environments.container import docker, podman
 from swe_sandbox.environments.ssh import environment as ssh
+from swe_sandbox.mini_fields import (
+    BwrapEnvironmentConfig,
+    DockerEnvironmentConfig,
+    LocalEnvironmentConfig,
+    PodmanEnvironmentConfig,
+    SshEnvironmentConfig,
+)
 
 __all__ = ["Submitted", "LocalEnvironment", "BwrapEnvironment", "DockerEnvironment", "PodmanEnvironment",
-           "SshEnvironment"]
+           "SshEnvironment", "LocalEnvironmentConfig", "BwrapEnvironmentConfig", "DockerEnvironmentConfig",
+           "PodmanEnvironmentConfig", "SshEnvironmentConfig"]
 
 #: Reads the sandbox's ``uname`` fields, one a line, in ``UNAME_FIELDS`` order (the last lines of
 #: the output: a shell startup file, e.g. ``BASH_ENV``, may print before them).
@@ -57,8 +72,9 @@ UNAME_FIELDS = ("system", "node", "release", "version", "machine")
 UNAME_COMMAND = "uname -s; uname -n; uname -r; uname -v; uname -m"
 #: Seconds the ``uname`` command may take.
 UNAME_TIMEOUT_S = 30.0
-#: The only ``interpreter`` (a field of mini's docker class) that says what we do.
-BASH_C = ["bash", "-c"]
+#: ``extra["exception_type"]`` of a timed-out result: what mini's environments put there (the
+#: name of ``subprocess.TimeoutExpired``, which their ``subprocess.run`` raised).
+TIMEOUT_EXCEPTION_TYPE = "TimeoutExpired"
 
 
 class Submitted(minisweagent.exceptions.Submitted, errors.Submitted):
@@ -90,74 +106,6 @@ class Submitted(minisweagent.exceptions.Submitted, errors.Submitted):
         return type(self), (self.submission, self.result)
 
 
-# -- mini's field names that are not ours --------------------------------------------------------
-Translate = Callable[[str, Any, str], dict[str, Any]]
-
-
-def _refused(field: str, backend: str, why: str) -> errors.ConfigError:
-    """The error for a mini-swe-agent field that has no meaning on ``backend``."""
-    return errors.ConfigError(f"environment.{field}: mini-swe-agent's field has no meaning for swe-sandbox's "
-                              f"{backend} backend: {why}")
-
-
-def _refuse(why: str) -> Translate:
-    def translate(field: str, value: Any, backend: str) -> dict[str, Any]:
-        raise _refused(field, backend, why)
-    return translate
-
-
-def _rename(ours: str) -> Translate:
-    """mini's field is our field ``ours``."""
-    return lambda field, value, backend: {ours: value}
-
-
-def _interpreter(field: str, value: Any, backend: str) -> dict[str, Any]:
-    if value == BASH_C or value == tuple(BASH_C):
-        return {}
-    raise _refused(field, backend, f"every command runs in a fresh `bash -c` (a non-login shell: set env BASH_ENV "
-                                  f"to a file to source first); only {BASH_C} is accepted, got {value!r}")
-
-
-def _run_args(field: str, value: Any, backend: str) -> dict[str, Any]:
-    if value in ([], ["--rm"]):  # mini's default: the container is removed, as ours always is
-        return {}
-    raise _refused(field, backend, "containers are made through the engine's API, not `docker run`; set the named "
-                                  "fields instead (network, memory, cpus, pids_limit, user, read_only, tmpfs, ...) "
-                                  f"or create_args; got {value!r}")
-
-
-def _container_timeout(field: str, value: Any, backend: str) -> dict[str, Any]:
-    """``sleep``'s duration (``2h``, ``90m``, ``30``) becomes ``max_lifetime`` in seconds."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]*)?)\s*([smhd]?)\s*", str(value))
-    if not match or float(match[1]) <= 0:
-        raise errors.ConfigError(f"environment.{field}: expected a duration such as 2h, 90m or 3600 (sleep's "
-                                 f"format), got {value!r}")
-    return {"max_lifetime": float(match[1]) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[match[2]]}
-
-
-_NO_CONTAINER = "it runs no container (use DockerEnvironment or PodmanEnvironment for one)"
-#: mini's docker fields on a container backend.
-CONTAINER_FIELDS: dict[str, Translate] = {
-    "interpreter": _interpreter,
-    "executable": _rename("cli"),
-    "run_args": _run_args,
-    "container_timeout": _container_timeout,
-    # pull_timeout is ours too (seconds a pull may take): it passes as it is
-}
-#: mini's docker fields on a backend without containers.
-HOST_FIELDS: dict[str, Translate] = {
-    "interpreter": _interpreter,
-    **{field: _refuse(_NO_CONTAINER) for field in ("image", "executable", "run_args", "container_timeout",
-                                                   "pull_timeout")},
-}
-BWRAP_FIELDS: dict[str, Translate] = {
-    **HOST_FIELDS,
-    "executable": _rename("bwrap_path"),
-    "wrapper_args": _refuse("the sandbox's bwrap arguments are its isolation policy, not a setting; use the fields "
-                           "(ro_binds, share_net, workspace, mount_point, max_* limits, ...)"),
-}
-
-
 # -- the classes ----------------------------------------------------------------------------------
 if TYPE_CHECKING:
     from swe_sandbox.environments.base import Environment as _Mixed  # what the mixin is mixed into
@@ -169,31 +117,46 @@ class _MiniEnvironment(_Mixed):
     """What every class here adds to its backend's ``Environment`` (the next base in the MRO)."""
 
     backend: ClassVar[str]
-    mini_fields: ClassVar[dict[str, Translate]] = HOST_FIELDS
+    config_class: ClassVar[type[mini_fields.MiniConfig]]
     #: The sentinel raises this module's ``Submitted`` (mini's and ours): mini's agents end their loop on it.
     submitted_error: ClassVar[type[errors.Submitted]] = Submitted
 
     def __init__(self, **fields: Any):
-        """Build the environment as mini does: ``Class(**fields)`` (it starts on first use).
+        """Build the environment as mini does: ``Class(**fields)`` (it starts on first use, or
+        now where mini's class does: ``DockerEnvironment``, ``PodmanEnvironment``).
 
         Args:
             **fields: the backend's config fields, on top of its preset; mini's own field names
-                as ``mini_fields`` translates them.
+                as ``config_class`` translates them.
 
         Raises:
             ConfigError: an unknown or invalid field, or a mini field without a meaning here
                 (the message names it and says why).
+            SandboxStartError, BackendUnavailable: a container class could not start its container.
         """
         self._uname: dict[str, str] | None = None
-        data = load_yaml(data_dir("environments") / f"{self.backend}.yaml")  # the preset, as get_environment
-        for name, value in fields.items():
-            if name in self.config_class.model_fields or name not in self.mini_fields:
-                data[name] = value  # ours, or unknown: validation names it
-            else:
-                data.update(self.mini_fields[name](name, value, self.backend))
-        super().__init__(validate(self.config_class, data))
+        super().__init__(self.mini_config(**fields))
         _register_exit_hook()
         _LIVE.add(self)
+
+    @classmethod
+    def mini_config(cls, **fields: Any) -> mini_fields.MiniConfig:
+        """The config ``Class(**fields)`` runs with, without building the environment: the backend's
+        preset (``environments/<backend>.yaml``, as ``get_environment`` reads it), then ``fields``.
+
+        Raises:
+            ConfigError: as ``__init__``.
+        """
+        data = load_yaml(data_dir("environments") / f"{cls.backend}.yaml")
+        # translated first, so a refusal is raised as it is (validation translates again: a no-op)
+        return validate(cls.config_class, cls.config_class.translate({**data, **fields}))
+
+    def _check_result(self, result: dict[str, Any]) -> None:
+        """A timed-out result also says what mini's say: ``exception_type``, ``exception``."""
+        super()._check_result(result)
+        if result["extra"].get("timed_out"):
+            result["extra"].setdefault("exception_type", TIMEOUT_EXCEPTION_TYPE)
+            result["extra"].setdefault("exception", result["exception_info"])
 
     def uname(self) -> dict[str, str]:
         """The sandbox's ``uname`` fields (``UNAME_FIELDS``), read inside it once (starts it).
@@ -254,30 +217,77 @@ class LocalEnvironment(_MiniEnvironment, local.LocalEnvironment):
     """Backend ``local`` for mini-swe-agent: NO isolation, commands run on the host as you."""
 
     backend = "local"
+    config_class = LocalEnvironmentConfig
 
 
 class BwrapEnvironment(_MiniEnvironment, bwrap.BwrapEnvironment):
-    """Backend ``bwrap`` for mini-swe-agent: one bubblewrap sandbox per environment."""
+    """Backend ``bwrap`` for mini-swe-agent: one bubblewrap sandbox per environment (mini's
+    ``BubblewrapEnvironment``). A ``cwd`` that is a host directory is bound there read-write, at the
+    same path, as mini's binds it (``mini_fields.host_dir_cwd``)."""
 
     backend = "bwrap"
-    mini_fields = BWRAP_FIELDS
+    config_class = BwrapEnvironmentConfig
+
+    def __init__(self, **fields: Any):
+        """As ``_MiniEnvironment``'s; a host directory ``cwd`` the sandbox cannot use is refused
+        naming ``cwd`` (e.g. one only root may write: the sandbox never runs as host root)."""
+        try:
+            super().__init__(**fields)
+        except errors.ConfigError as exc:
+            where = mini_fields.host_dir_cwd(fields)
+            if where is None or not str(exc).startswith("environment.workspace: "):
+                raise
+            raise errors.ConfigError(f"environment.cwd: {where} is a host directory, which is bound read-write at the "
+                                     f"same path (as the workspace), as mini-swe-agent binds it; it cannot be: {exc}"
+                                     ) from None
+
+    @property
+    def working_dir(self) -> Path:
+        """mini's name: the host directory commands start in (the workspace; a fresh one, removed
+        at close, when none is given)."""
+        return self.workspace
 
 
-class DockerEnvironment(_MiniEnvironment, docker.DockerEnvironment):
+class _MiniContainer(_MiniEnvironment):
+    """The container classes' additions: the executable picks the engine, the container starts now."""
+
+    def __new__(cls, **fields: Any):
+        """``executable`` (else, for ``DockerEnvironment``, ``MSWEA_DOCKER_EXECUTABLE``) naming the
+        other engine (``mini_fields.engine_of``: its file name is ``podman`` or ``docker``) builds
+        that engine's class, as mini's ``DockerEnvironment(executable="podman")`` runs podman."""
+        variable = cls.config_class.executable_variable
+        executable = fields.get("executable") or fields.get("cli") or (variable and os.environ.get(variable[0]))
+        engine = mini_fields.engine_of(executable)
+        if engine is not None and engine != cls.backend:
+            return CONTAINER_CLASSES[engine](**fields)
+        return super().__new__(cls)
+
+    def __init__(self, **fields: Any):
+        """As ``_MiniEnvironment``'s, then the container starts (mini's does in its constructor)."""
+        super().__init__(**fields)
+        self.start()
+
+
+class DockerEnvironment(_MiniContainer, docker.DockerEnvironment):
     """Backend ``docker`` for mini-swe-agent: one container per environment."""
 
     backend = "docker"
-    mini_fields = CONTAINER_FIELDS
+    config_class = DockerEnvironmentConfig
 
 
-class PodmanEnvironment(_MiniEnvironment, podman.PodmanEnvironment):
+class PodmanEnvironment(_MiniContainer, podman.PodmanEnvironment):
     """Backend ``podman`` for mini-swe-agent: one container per environment."""
 
     backend = "podman"
-    mini_fields = CONTAINER_FIELDS
+    config_class = PodmanEnvironmentConfig
+
+
+#: The container class of each engine (``_MiniContainer.__new__``).
+CONTAINER_CLASSES: dict[str, type[_MiniContainer]] = {"docker": DockerEnvironment, "podman": PodmanEnvironment}
 
 
 class SshEnvironment(_MiniEnvironment, ssh.SshEnvironment):
     """Backend ``ssh`` for mini-swe-agent: commands on a remote host (``host`` is required)."""
 
     backend = "ssh"
+    config_class = SshEnvironmentConfig

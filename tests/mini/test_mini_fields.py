@@ -1,6 +1,7 @@
 """``swe_sandbox.minisweagent`` without starting a sandbox: how mini's field names map onto ours
 (or are refused, with the reason), mini's stock config sections, the ``Submitted`` class, and
-that ``import swe_sandbox`` and our command line never import mini-swe-agent.
+that ``import swe_sandbox`` and our command line never import mini-swe-agent. The container
+classes start their container when built (as mini's): their fields are read with ``mini_config``.
 """
 
 from __future__ import annotations
@@ -31,24 +32,28 @@ def make(backend: str, **fields):
     return CLASSES[backend](**{**BASE.get(backend, {}), **fields})
 
 
+def config_of(backend: str, **fields):
+    """The config ``make(backend, **fields)`` runs with, without building the environment."""
+    return CLASSES[backend].mini_config(**{**BASE.get(backend, {}), **fields})
+
+
 @pytest.mark.parametrize("backend", ["docker", "podman"])
 def test_mini_docker_fields_that_mean_something_here_are_mapped(backend):
-    env = make(backend, image="my/image", cwd="/testbed", env={"A": "1"}, forward_env=["HOME"], timeout=7,
-               executable=f"/usr/local/bin/{backend}", container_timeout="90m", run_args=["--rm"],
-               interpreter=["bash", "-c"])
-    cfg = env.config
+    cfg = config_of(backend, image="my/image", cwd="/testbed", env={"A": "1"}, forward_env=["HOME"], timeout=7,
+                    executable=f"/usr/local/bin/{backend}", container_timeout="90m", run_args=["--rm"],
+                    interpreter=["bash", "-c"])
     assert (cfg.image, cfg.cwd, cfg.env, cfg.forward_env, cfg.timeout) == ("my/image", "/testbed", {"A": "1"},
                                                                          ["HOME"], 7)
-    assert cfg.cli == f"/usr/local/bin/{backend}" and cfg.max_lifetime == 5400
-    assert make(backend, container_timeout="2h").config.max_lifetime == 7200
-    assert make(backend, container_timeout=30).config.max_lifetime == 30
-    assert make(backend, run_args=[]).config.create_args == {}
-    assert make(backend, pull_timeout=120).config.pull_timeout == 120  # mini's name is ours
-    assert env.container_id is None  # nothing started
+    assert cfg.cli == cfg.executable == f"/usr/local/bin/{backend}" and cfg.max_lifetime == 5400
+    assert config_of(backend, container_timeout="2h").max_lifetime == 7200
+    assert config_of(backend, container_timeout=30).max_lifetime == 30
+    assert config_of(backend, run_args=[]).create_args == {}
+    assert config_of(backend, pull_timeout=900).pull_timeout == 900  # mini's name is ours
 
 
 def test_mini_bubblewrap_executable_is_bwrap_path():
-    assert make("bwrap", executable="/opt/bwrap").config.bwrap_path == "/opt/bwrap"
+    config = make("bwrap", executable="/opt/bwrap").config
+    assert config.bwrap_path == config.executable == "/opt/bwrap"
 
 
 REFUSED = [
@@ -69,7 +74,7 @@ REFUSED = [
                          ids=[f"{b}-{f}" for b, f, _, _ in REFUSED])
 def test_mini_fields_without_a_meaning_here_are_refused_saying_why(backend, field, value, why):
     with pytest.raises(swe_sandbox.ConfigError) as caught:
-        make(backend, **{field: value})
+        config_of(backend, **{field: value})
     message = str(caught.value)
     assert message.startswith(f"environment.{field}: mini-swe-agent's field has no meaning for swe-sandbox's "
                               f"{backend} backend: ")
@@ -79,14 +84,14 @@ def test_mini_fields_without_a_meaning_here_are_refused_saying_why(backend, fiel
 @pytest.mark.parametrize("backend", list(CLASSES))
 def test_unknown_and_invalid_fields_are_refused_naming_them(backend):
     with pytest.raises(swe_sandbox.ConfigError, match=r"environment\.no_such_field: unknown field \(allowed: "):
-        make(backend, no_such_field=1)
+        make(backend, no_such_field=1)  # refused before anything starts
     with pytest.raises(swe_sandbox.ConfigError, match=r"environment\.timeout: "):
         make(backend, timeout=-1)
 
 
 def test_a_bad_container_timeout_names_the_field():
     with pytest.raises(swe_sandbox.ConfigError, match=r"environment\.container_timeout: expected a duration"):
-        make("docker", container_timeout="soon")
+        config_of("docker", container_timeout="soon")
 
 
 @pytest.mark.parametrize("config_name", ["mini.yaml", "default.yaml", "swebench.yaml"])
@@ -94,13 +99,13 @@ def test_a_bad_container_timeout_names_the_field():
 def test_mini_stock_environment_sections_are_accepted(backend, config_name):
     section = dict(get_config_from_spec(config_name)["environment"])
     section.pop("environment_class", None)
-    env = make(backend, **section)
-    assert env.config.env == {**section["env"]}
+    config = config_of(backend, **section)
+    assert config.env == {**section["env"]}
     if "cwd" in section:
-        assert env.config.cwd == section["cwd"]
+        assert config.cwd == section["cwd"]
 
 
-@pytest.mark.parametrize("backend", list(CLASSES))
+@pytest.mark.parametrize("backend", ["local", "bwrap", "ssh"])  # containers: test_mini_agent, test_mini_cli
 def test_serialize_names_our_class(backend):
     data = make(backend).serialize()
     assert data["info"]["config"]["environment_type"] == f"swe_sandbox.minisweagent.{CLASSES[backend].__name__}"

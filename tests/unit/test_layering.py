@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "harbor", "cli", "__main__"},
+    {"minisweagent", "mini_fields", "harbor", "cli", "__main__"},
 ]
 
 

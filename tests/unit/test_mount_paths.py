@@ -28,3 +28,19 @@ def test_ssh_remote_bwrap_accepts_a_file_named_dot_dot_foo():
     assert env._remote("/workspace") == "/srv/ws"
     with pytest.raises(ValueError, match="only paths under /workspace"):
         env._remote("/workspace/../etc/passwd")
+
+
+@pytest.mark.parametrize("path", ["/workspace", "/srv/repo", "/tmp/repo", "/var/tmp/a/b", "/home/me/x/"])
+def test_bwrap_mount_points_may_lie_below_tmp(path):
+    from swe_sandbox.environments.bwrap import BwrapConfig, mount_point_problem
+
+    assert mount_point_problem(path) is None
+    assert BwrapConfig(mount_point=path).mount_point == path.rstrip("/")
+
+
+@pytest.mark.parametrize("path", ["/", "/tmp", "/var/tmp", "/usr/x", "/etc", "/proc/x", "/dev/shm", "relative",
+                                  "/a/../b", "/run/x"])
+def test_bwrap_mount_points_elsewhere_are_refused(path):
+    from swe_sandbox.environments.bwrap import mount_point_problem
+
+    assert mount_point_problem(path).startswith("must be a normalised absolute path outside /, /usr")

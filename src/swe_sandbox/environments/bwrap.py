@@ -100,7 +100,9 @@ class BwrapConfig(EnvironmentConfig):
     """Host directory mounted read-write at ``mount_point``; None: a fresh temporary one, removed at close.
     Run by root, the sandbox's host uid (``host_uid``) must be able to write it: else it is refused."""
     mount_point: str = "/workspace"
-    """Where the workspace appears inside the sandbox; the default working directory."""
+    """Where the workspace appears inside the sandbox; the default working directory. Not a system
+    directory, ``/proc``, ``/dev`` nor under them; below ``/tmp`` or ``/var/tmp`` it may be
+    (``mount_point_problem``)."""
     ro_binds: list[str] = Field(default_factory=list)
     """Extra host paths made visible read-only at the same path (readable by the sandbox's host uid)."""
     share_net: bool = False
@@ -142,11 +144,25 @@ class BwrapConfig(EnvironmentConfig):
     @field_validator("mount_point")
     @classmethod
     def _mount_point(cls, value: str) -> str:
-        norm = os.path.normpath(value)
-        if not value.startswith("/") or norm != value.rstrip("/") or norm in RESERVED_MOUNTS \
-                or any(norm.startswith(d + "/") for d in RESERVED_MOUNTS if d != "/"):
-            raise ValueError(f"must be a normalised absolute path outside {', '.join(RESERVED_MOUNTS)}")
-        return norm
+        problem = mount_point_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return os.path.normpath(value)
+
+
+def mount_point_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the workspace's ``mount_point``; None when it can.
+
+    A mount point is a normalised absolute path, none of ``RESERVED_MOUNTS`` and not under one of
+    them, except below ``/tmp`` and ``/var/tmp``: those are the sandbox's own (tmpfs, or its scratch
+    directory), and the workspace is bound over them after they are mounted.
+    """
+    norm = os.path.normpath(path)
+    if not path.startswith("/") or norm != path.rstrip("/") or norm in RESERVED_MOUNTS \
+            or any(norm.startswith(d + "/") for d in RESERVED_MOUNTS if d not in ("/", *SCRATCH_MOUNTS)):
+        return (f"must be a normalised absolute path outside {', '.join(RESERVED_MOUNTS)} "
+                f"(below {' or '.join(SCRATCH_MOUNTS)} is allowed)")
+    return None
 
 
 def _bwrap_version(path: str) -> tuple[int, ...]:
