@@ -20,7 +20,7 @@ PACKAGE = "swe_sandbox"
 FLOORS = [
     {"errors", "protocols", "redact", "terminal", "capabilities", "backends", "files", "version", "streaming"},
     {"config", "runner", "templates", "trajectory"},
-    {"environments", "images", "workspace"},
+    {"environments", "images", "workspace", "aio"},
     {"models", "agent"},
     {"__init__"},
     {"testing"},

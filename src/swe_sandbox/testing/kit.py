@@ -88,8 +88,14 @@ class Variant:
     def make(self, **overrides: Any) -> Any:
         """A new environment of this variant (not started yet): the backend's preset of the same name
         when there is one (``docker``'s image, ...), then the variant's config, then ``overrides``."""
+        base, fields = self.environment_args(**overrides)
+        return swe_sandbox.get_environment(base, **fields)
+
+    def environment_args(self, **overrides: Any) -> tuple[str | dict[str, str], dict[str, Any]]:
+        """``(config, fields)`` such that ``get_environment(config, **fields)`` is ``make(**overrides)``
+        (for a process of its own: both are plain JSON data, resolving ``settings`` here)."""
         base = self.backend if self.backend in preset_names() else {"backend": self.backend}
-        return swe_sandbox.get_environment(base, **{**self.config(), **overrides})
+        return base, {**self.config(), **overrides}
 
     def missing(self) -> dict[str, str]:
         """``{capability: reason}`` of what the variant lacks (its backend's declaration)."""
