@@ -8,6 +8,7 @@ serves the whole self-check (as inspect's own runner shares one), so the module 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -32,9 +33,10 @@ from helpers.mini import TEST_LABEL, backend_params, environment_fields, wait_no
 
 pytestmark = pytest.mark.anyio
 ROOT = Path(__file__).resolve().parents[2]
-ROOT_REASON = ("commands run as uid 0 (root in the sandbox, or on this host), which file permission bits "
-               "do not stop: the read/write is allowed")
-#: check name -> {backend: reason} of what cannot pass ("*": every backend under root).
+ROOT_REASON = ("commands run as a root that file permission bits do not stop (uid 0 with CAP_DAC_OVERRIDE in "
+               "the container, or on this host): the read/write is allowed")
+#: check name -> {backend: reason} of what cannot pass ("*": where permission bits do not bind, see
+#: ``BYPASS_PROBE``).
 XFAILS: dict[str, dict[str, str]] = {
     "test_read_file_not_allowed": {"*": ROOT_REASON},
     "test_write_text_file_without_permissions": {"*": ROOT_REASON},
@@ -44,6 +46,8 @@ XFAILS: dict[str, dict[str, str]] = {
 }
 #: checks not run at all, with why.
 SKIPS = {("local", "test_exec_as_user"): "it would add a user to this host (adduser as root)"}
+#: Prints "bypass" where a file of mode 000 can still be read (bwrap's uid 0 cannot: no DAC override).
+BYPASS_PROBE = 'f=$(mktemp); chmod 000 "$f"; cat "$f" 2>/dev/null && echo bypass; rm -f "$f"'
 
 
 @pytest.fixture(scope="module")
@@ -64,26 +68,27 @@ def write_config(backend: str, tmp_path: Path, label: str = "inspect") -> Path:
 
 @pytest.fixture(scope="module", params=backend_params(["local", "bwrap", "docker", "podman"]))
 async def shared_sandbox(request: pytest.FixtureRequest,
-                         tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[str, SandboxEnvironment]]:
-    """One sandbox per backend, through inspect's sample lifecycle (init, then cleanup)."""
+                         tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[tuple[str, SandboxEnvironment, bool]]:
+    """One sandbox per backend, through inspect's sample lifecycle (init, then cleanup), and whether
+    permission bits bind its commands."""
     config = str(write_config(request.param, tmp_path_factory.mktemp(request.param)))
     envs = await SweSandboxEnvironment.sample_init("self-check", config, {})
     try:
-        yield request.param, envs["default"]
+        bypass = "bypass" in (await envs["default"].exec(["sh", "-c", BYPASS_PROBE])).stdout
+        yield request.param, envs["default"], bypass
     finally:
         await SweSandboxEnvironment.sample_cleanup("self-check", config, envs, False)
 
 
 @pytest.fixture
-async def sandbox_env(request: pytest.FixtureRequest, shared_sandbox: tuple[str, SandboxEnvironment]) -> Any:
+async def sandbox_env(request: pytest.FixtureRequest, shared_sandbox: tuple[str, SandboxEnvironment, bool]) -> Any:
     """The self-check's fixture: the shared sandbox, with this check's declared exception applied."""
-    backend, env = shared_sandbox
+    backend, env, bypass = shared_sandbox
     name = request.node.originalname
     if (backend, name) in SKIPS:
         pytest.skip(SKIPS[backend, name])
     reasons = XFAILS.get(name, {})
-    root = (await env.exec(["id", "-u"])).stdout.strip() == "0"
-    reason = reasons.get(backend) or (reasons.get("*") if root else None)
+    reason = reasons.get(backend) or (reasons.get("*") if bypass else None)
     if reason:
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     return env
@@ -138,6 +143,14 @@ def entry_point_dir(tmp_path: Path) -> Path:
     return info.parent
 
 
+def tokenizers() -> str:
+    """The tiktoken cache litellm (our dependency) ships: inspect counts the mock model's tokens with
+    o200k_base, which tiktoken would otherwise download."""
+    spec = importlib.util.find_spec("litellm")
+    assert spec is not None and spec.submodule_search_locations
+    return str(Path(next(iter(spec.submodule_search_locations)), "litellm_core_utils", "tokenizers"))
+
+
 @pytest.mark.parametrize("backend", backend_params(["bwrap", "docker"]))
 def test_inspect_eval_end_to_end(backend: str, tmp_path: Path) -> None:
     """``inspect eval`` with a mock model: both samples scored in the sandbox, nothing left behind."""
@@ -149,7 +162,7 @@ def test_inspect_eval_end_to_end(backend: str, tmp_path: Path) -> None:
                            "-T", f"config={config}", "--log-dir", "logs", "--log-format", "json",
                            "--display", "plain"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "PYTHONPATH": path, "INSPECT_LOG_LEVEL": "warning"})
+                          env={**os.environ, "PYTHONPATH": path, "TIKTOKEN_CACHE_DIR": tokenizers()})
     assert done.returncode == 0, done.stdout + done.stderr
     log = json.loads(next((tmp_path / "logs").glob("*.json")).read_text())
     assert log["status"] == "success", log.get("error")
