@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from inspect_ai.util import (
     ExecCompleted,
     ExecRemoteAwaitableOptions,
@@ -190,7 +191,7 @@ class SweSandboxEnvironment(SandboxEnvironment):
             timeout = getattr(opts, "timeout", None)
             return await self.exec(cmd, opts.input, opts.cwd, opts.env, opts.user,
                                    None if timeout is None else int(timeout))
-        if getattr(opts, "stdin_open", False):
+        if isinstance(opts, ExecRemoteStreamingOptions) and opts.stdin_open:
             return await super().exec_remote(cmd, opts, stream=True)
         if opts.user is not None and capabilities.RUN_AS_USER in self.missing:
             raise SandboxUserUnsupportedError(self.missing[capabilities.RUN_AS_USER])
@@ -229,6 +230,10 @@ class SweSandboxEnvironment(SandboxEnvironment):
 class _StreamedProcess(ExecRemoteProcess):
     """``exec_remote``'s process handle over ``AsyncEnvironment.stream``: events from a task that
     pumps the stream into a memory channel; ``kill()`` cancels that task (the command's tree dies)."""
+
+    _send: MemoryObjectSendStream[Any]
+    _receive: MemoryObjectReceiveStream[Any]
+    _task: asyncio.Future[None]
 
     @classmethod
     async def start(cls, sandbox: SweSandboxEnvironment, cmd: list[str],

@@ -170,3 +170,11 @@ def test_inspect_eval_end_to_end(backend: str, tmp_path: Path) -> None:
     assert [s["value"] for s in scores] == ["C", "C"], scores
     if backend == "docker":
         assert wait_no_containers("docker", label) == []
+
+
+def test_import_swe_sandbox_leaves_inspect_out() -> None:
+    """``import swe_sandbox`` (and its aio) imports no inspect_ai: only inspect's entry point loads the provider."""
+    code = "import sys, swe_sandbox, swe_sandbox.aio; assert 'inspect_ai' not in sys.modules, 'inspect_ai imported'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 0, done.stderr

@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "cli", "__main__"},
+    {"minisweagent", "inspect_sandbox", "cli", "__main__"},
 ]
 
 
