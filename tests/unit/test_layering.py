@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "inspect_sandbox", "cli", "__main__"},
+    {"minisweagent", "harbor", "inspect_sandbox", "cli", "__main__"},
 ]
 
 

@@ -40,7 +40,7 @@ from typing import IO, Any, ClassVar, Protocol, cast
 
 from swe_sandbox import runner
 from swe_sandbox.capabilities import COMMAND_STDIN, RUN_AS_USER, SEPARATE_STDERR, missing_capabilities
-from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig
+from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable
 from swe_sandbox.errors import (
     ConfigError,
     ConnectionLost,
@@ -56,6 +56,9 @@ SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
 #: runner itself answers within timeout + ~0.6 s; this only catches a frozen or lost runner.
 HOST_GRACE_S = 5.0
+#: Why a command cannot start while this thread has one in flight (a stream left open).
+REENTERED = ("a command is already running in this environment from this thread (a stream not finished "
+             "or closed): finish or close() it first; one command runs at a time per sandbox")
 #: How long leaving a stream early waits for the cancelled command's record (seconds) before it
 #: closes the sandbox (the runner answers a cancel within ~0.5 s: ``runner.KILL_BUDGET_S`` and
 #: ``KILL_COLLECT_S``).
@@ -263,7 +266,8 @@ class Channel:
 
     def frames(self, req: dict[str, Any], timeout: float | None) -> Iterator[dict[str, Any]]:
         """Send ``req``; yield the runner's ``chunk`` frames for it (``"stream": true``), then its
-        ``result`` frame (same ``id``), all within ``timeout`` seconds (None: no limit).
+        ``result`` frame (same ``id``), all within ``timeout`` seconds (None: no limit) of the
+        runner's time: what the consumer spends between chunks is not counted.
 
         Raises:
             SandboxDied: the runner is gone, or no reply within ``timeout`` seconds.
@@ -274,7 +278,10 @@ class Channel:
         while True:
             reply = self.recv(timeout, deadline=deadline)
             if reply.get("op") == "chunk" and req.get("stream"):
+                paused = time.monotonic()
                 yield reply
+                if deadline is not None:  # the consumer's time is not the runner's
+                    deadline += time.monotonic() - paused
                 continue
             if reply.get("op") != "result" or reply.get("id") != req.get("id"):
                 raise ProtocolError(f"expected the result of request {req.get('id')}, got {str(reply)[:200]}")
@@ -718,6 +725,8 @@ class Environment:
     def _abandon(self, frames: Iterator[dict[str, Any]]) -> None:
         """A stream left early: cancel its command and read to its result (dropped); a runner that
         does not answer within ``CANCEL_WAIT_S`` seconds is closed from a timer thread."""
+        if self._channel is None:  # closed meanwhile (close() from this thread): nothing runs any more
+            return
         guard = threading.Timer(CANCEL_WAIT_S, self.close)
         guard.daemon = True
         guard.start()
@@ -725,8 +734,8 @@ class Environment:
             self.cancel()
             for _ in frames:
                 pass
-        except SandboxError:
-            pass  # _exchange closed the environment; leaving the stream raises nothing new
+        except (SandboxError, OSError, ValueError):
+            pass  # _exchange closed the environment (or it was closed): leaving raises nothing new
         finally:
             guard.cancel()
 
@@ -745,10 +754,12 @@ class Environment:
         Raises:
             ConfigError: a value of the wrong type, or an option this backend cannot honour.
         """
-        if stdin is not None and not isinstance(stdin, (str, bytes)):
-            raise ConfigError(f"stdin: expected str or bytes, got {type(stdin).__name__}")
-        if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in dict(env).items()):
-            raise ConfigError(f"env: expected a mapping of str to str, got {env!r}"[:200])
+        if stdin is not None and not (isinstance(stdin, bytes) or (isinstance(stdin, str) and encodable(stdin))):
+            raise ConfigError(f"stdin: expected bytes or valid text, got {type(stdin).__name__}")
+        try:
+            command_env = check_env(env or {})
+        except (ValueError, AttributeError) as exc:
+            raise ConfigError(f"env: {exc}"[:300]) from None
         if user is not None and (isinstance(user, bool) or not isinstance(user, (str, int)) or not str(user)):
             raise ConfigError(f"user: expected a user name or uid, got {user!r}")
         asked = {COMMAND_STDIN: ("stdin", stdin is not None), RUN_AS_USER: ("user", user is not None),
@@ -757,9 +768,9 @@ class Environment:
         for capability, (name, used) in asked.items():
             if used and capability in lacking:
                 raise ConfigError(f"{name}: not available on this {self.config.backend} sandbox: {lacking[capability]}")
-        options: dict[str, Any] = {"env": dict(env or {})}
+        options: dict[str, Any] = {"env": command_env}
         if stdin is not None:
-            options["input"] = stdin.encode("utf-8", "surrogateescape") if isinstance(stdin, str) else stdin
+            options["input"] = stdin.encode("utf-8") if isinstance(stdin, str) else stdin
         if user is not None:
             options["user"] = str(user)
         if separate_stderr:
@@ -798,7 +809,14 @@ class Environment:
     def _exchange(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
         """Send one request; yield its chunk frames, then its result, each checked (``check_chunk``,
         ``check_result``). A lost or confused runner closes the sandbox (``ConnectionLost``: only the
-        session). Call it under the lock."""
+        session). Call it under the lock.
+
+        Raises:
+            RuntimeError: this thread has a command in flight already (a stream it has not finished
+                or closed): a usage error; the sandbox and that command are left as they are.
+        """
+        if self._running is not None:
+            raise RuntimeError(REENTERED)
         self.start()
         self._seq += 1
         request["id"] = self._seq

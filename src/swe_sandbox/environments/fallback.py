@@ -50,6 +50,7 @@ from typing import Any, Protocol
 
 from swe_sandbox import capabilities as cap
 from swe_sandbox import runner
+from swe_sandbox.config import check_env_name
 from swe_sandbox.environments.base import HOST_GRACE_S, last_frame
 from swe_sandbox.errors import ProtocolError, SandboxDied
 
@@ -132,6 +133,7 @@ sweep() {  # SIGKILL this command's tree: token and trace holders, (containers) 
   done
 }
 mkfifo "$d/out" && : >"$d/trace" || { status error=mkfifo; rm -rf "$d"; exit 125; }
+exec 7<"$d/trace"  # a cancel finds $d through this wrapper's fd 7 (CANCEL_SCRIPT); the command does not get it
 if [ -n "$runtrace" ]; then : >>"$runtrace" 2>/dev/null || runtrace=; fi
 cat "$d/out" &
 reader=$!
@@ -153,7 +155,7 @@ if [ -n "$tcs" ]; then  # the watchdog's end, in centiseconds of /proc/uptime
     swe-sandbox-watchdog "$((now + left))" "$d" </dev/null >/dev/null 2>&1 &
   dog=$!
 fi
-SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 9<"$d/trace" 8<"${runtrace:-/dev/null}" &
+SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 9<"$d/trace" 8<"${runtrace:-/dev/null}" 7<&- &
 pid=$!
 echo "$pid" >"$d/pid"
 stat_of "$pid" && started=$start_ || started=0
@@ -187,14 +189,32 @@ exit "$rc"
 """
 
 
-#: What ``ExecFallbackChannel.cancel`` runs in its own exec: ``kill_holders`` on the command's token
-#: (``$1``), and on its trace file (read from a token holder's fd 9, before the first kill), three rounds.
+#: What ``ExecFallbackChannel.cancel`` runs in its own exec (``$1``: the command's token): it finds
+#: the command's wrapper (the process whose argv holds the token, keeping the trace file open as
+#: its fd 7), marks the command expired and kills its session, as the watchdog does at a timeout,
+#: so the wrapper sweeps the tree as on a timeout (token and trace holders, and in containers the
+#: orphans); then, as a second line, kills the token and trace holders itself.
 CANCEL_SCRIPT = KILL_HOLDERS + r"""
-trace=
-command eval 'holders_=$(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$1" /proc/[0-9]*/environ 2>/dev/null)'
+tok=$1 d= p= trace=
+command eval 'wrappers_=$(grep -l -a -z -x -F "$tok" /proc/[0-9]*/cmdline 2>/dev/null)'
+for f in $wrappers_; do
+  w=${f%/cmdline}; [ "${w#/proc/}" = "$$" ] && continue
+  t_=; command eval 't_=$(readlink "$w/fd/7" 2>/dev/null)'
+  case $t_ in */swe-sandbox-exec.*/trace) d=${t_%/trace}; break ;; esac
+done
+if [ -n "$d" ] && [ -d "$d" ]; then
+  : >"$d/expired"
+  n=0; until read -r p <"$d/pid" 2>/dev/null || [ "$n" -ge 200 ]; do n=$((n + 1)); command eval 'sleep 0.01'; done
+  if [ -n "$p" ]; then kill -KILL -"$p" 2>/dev/null; kill -KILL "$p" 2>/dev/null; fi
+  trace="$d/trace"
+fi
+command eval 'holders_=$(grep -l -a -z -x -F "SWE_SANDBOX_CMD=$tok" /proc/[0-9]*/environ 2>/dev/null)'
 for f in $holders_; do [ -n "$trace" ] || command eval 'trace=$(readlink "${f%/environ}/fd/9" 2>/dev/null)'; done
-for round in 1 2 3; do kill_holders "SWE_SANDBOX_CMD=$1" "$trace" 9; done
+for round in 1 2 3; do kill_holders "SWE_SANDBOX_CMD=$tok" "$trace" 9; done
 """
+#: A timeout the wrapper reports this much (seconds) before the host's own clock says it was due is
+#: forged (the watchdog counts from the exec's start, later than the host's; uptime is in 1/100 s).
+TIMEOUT_SLACK_S = 0.05
 #: How long the cancel's exec may take (seconds) before it is left to itself.
 CANCEL_EXEC_S = 5.0
 
@@ -228,6 +248,8 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     ``ExecFallbackChannel``'s ``trace_dir``). ``spared``: tokens of earlier commands, whose orphans a
     timeout spares (``runner.find_tree``'s rule).
     """
+    for name in env:
+        check_env_name(name)  # exported unquoted: a name is never shell text
     exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
     drain_ticks = str(int(runner.DRAIN_MAX_S * 100))  # centiseconds, the unit of /proc/uptime
     collect_ticks = str(int(runner.KILL_COLLECT_S * 100))
@@ -390,8 +412,11 @@ class ExecFallbackChannel:
             result = yield from self._finish(req, proc, buf, started, timeout)
         finally:
             self.proc = self.running = None
-        if self.cancelled_id is not None and self.cancelled_id == req.get("id") and not result["extra"]["timed_out"]:
+        if self.cancelled_id is not None and self.cancelled_id == req.get("id"):
             return runner.make_result(None, -1, runner.CANCELLED_MESSAGE, started, buf, cancelled=True)
+        if result["extra"]["timed_out"] and time.monotonic() - started < float(timeout or 0) - TIMEOUT_SLACK_S:
+            raise ProtocolError(f"{FORGED_STATUS} (a timeout claimed after {time.monotonic() - started:.2f} s "
+                                f"of a {timeout} s timeout)")
         return result
 
     def _finish(self, req: dict[str, Any], proc: ExecHandle, buf: runner.OutputBuffer, started: float,
@@ -454,6 +479,8 @@ class ExecFallbackChannel:
                 now = time.monotonic()
                 if tap is not None and (text := tap.take(now)):
                     yield text
+                    if deadline is not None:  # the consumer's time is not the command's
+                        deadline += time.monotonic() - now
                 waits = [t for t in (deadline, tap.due() if tap is not None else None) if t is not None]
                 left = min(waits) - now if waits else None
                 if deadline is not None and now >= deadline:

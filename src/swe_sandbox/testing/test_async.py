@@ -46,15 +46,37 @@ MAX_LOOP_LAG_S = 0.1
 CANCEL_WITHIN_S = 1.0
 
 
+class LoopRunner:
+    """One event loop for a module's tests: ``run(coro)``; ``close()`` ends it as ``asyncio.run``
+    does (every task left cancelled and awaited). ``asyncio.Runner`` where there is one (3.11+)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+
+    def run(self, coro: Any) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        left = asyncio.all_tasks(self.loop)
+        for task in left:
+            task.cancel()
+        self.loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+
 @pytest.fixture(scope="module")
-def loop_runner() -> Iterator[asyncio.Runner]:
-    """One event loop for the module's tests (``runner.run(coro)``)."""
-    with asyncio.Runner() as runner:
+def loop_runner() -> Iterator[Any]:
+    """One event loop for the module's tests (``loop_runner.run(coro)``)."""
+    runner = asyncio.Runner() if hasattr(asyncio, "Runner") else LoopRunner()
+    try:
         yield runner
+    finally:
+        runner.close()
 
 
 @pytest.fixture(scope="module")
-def sandboxes(backend_under_test: Variant, loop_runner: asyncio.Runner) -> Iterator[list[AsyncEnvironment]]:
+def sandboxes(backend_under_test: Variant, loop_runner: Any) -> Iterator[list[AsyncEnvironment]]:
     """``SANDBOXES`` started AsyncEnvironments of the variant (started at once, not timed), closed after the module."""
     backend_under_test.require_available()
     envs = [AsyncEnvironment(backend_under_test.make(timeout=FIXTURE_TIMEOUT)) for _ in range(SANDBOXES)]
@@ -175,6 +197,14 @@ def test_cancelled_execute_kills_the_command_and_the_sandbox_stays_usable(sandbo
     assert_nothing_left(env, marker, backend_under_test)
 
 
+async def _within(seconds: float, awaitable: Any) -> Any:
+    """``awaitable`` under ``asyncio.timeout(seconds)`` (3.11+; ``asyncio.wait_for`` before)."""
+    if not hasattr(asyncio, "timeout"):
+        return await asyncio.wait_for(awaitable, seconds)
+    async with asyncio.timeout(seconds):
+        return await awaitable
+
+
 def test_asyncio_timeout_around_execute(sandboxes, loop_runner, backend_under_test):
     """``asyncio.timeout`` sees its own cancellation come back (``TimeoutError``), early or late in the
     command's start; nothing is left and the sandbox is usable."""
@@ -182,9 +212,8 @@ def test_asyncio_timeout_around_execute(sandboxes, loop_runner, backend_under_te
 
     async def scenario() -> dict[str, Any]:
         for delay in (0.0, 0.3):
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await env.execute({"command": f"sleep {marker}"}, timeout=60)
+            with pytest.raises(asyncio.TimeoutError):
+                await _within(delay, env.execute({"command": f"sleep {marker}"}, timeout=60))
         return await env.execute({"command": "echo alive"})
 
     after = loop_runner.run(scenario())
