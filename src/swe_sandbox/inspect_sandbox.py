@@ -40,13 +40,14 @@ from inspect_ai.util import (
     SandboxEnvironment,
     SandboxEnvironmentConfigType,
     SandboxEnvironmentLimits,
+    SandboxUnavailableError,
     SandboxUserUnsupportedError,
     sandboxenv,
 )
 
 from swe_sandbox import aio, capabilities, environments
 from swe_sandbox.backends import backend_names
-from swe_sandbox.errors import Submitted
+from swe_sandbox.errors import SandboxDied, Submitted
 
 DEFAULT_PRESET = "local"
 #: Prefix of the staging files read_file/write_file leave for a moment in the working directory.
@@ -126,6 +127,7 @@ class SweSandboxEnvironment(SandboxEnvironment):
             SandboxUserUnsupportedError: ``user`` given to a backend without ``run_as_user``, or the
                 sandbox may not switch users.
             OutputLimitExceededError: stdout or stderr passed inspect's exec output limit.
+            SandboxUnavailableError: the sandbox died or vanished.
         """
         if user is not None and capabilities.RUN_AS_USER in self.missing:
             raise SandboxUserUnsupportedError(self.missing[capabilities.RUN_AS_USER])
@@ -141,8 +143,10 @@ class SweSandboxEnvironment(SandboxEnvironment):
         if result["returncode"] == 126 and not result["output"] and cmd and \
                 result["stderr"].strip().endswith(f"{cmd[0]}: Permission denied"):
             raise PermissionError(f"Permission denied executing command: {result['stderr'].strip()}")
-        if extra.get("truncated") or extra.get("stderr_dropped_bytes"):
-            raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, result["output"])
+        limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE  # now: inspect may lower it for one call
+        if extra.get("truncated") or extra.get("stderr_dropped_bytes") or \
+                max(extra.get("output_bytes", 0), extra.get("stderr_bytes", 0)) > limit:
+            raise OutputLimitExceededError(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR, result["output"][-limit:])
         return ExecResult(result["returncode"] == 0, result["returncode"], result["output"], result["stderr"])
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
@@ -199,12 +203,18 @@ class SweSandboxEnvironment(SandboxEnvironment):
 
     # -- helpers ---------------------------------------------------------------------------------
     async def _run(self, command: str, **options: Any) -> dict[str, Any]:
-        """``execute`` with stderr apart; a command printing the submission sentinel is no submission here."""
+        """``execute`` with stderr apart; a command printing the submission sentinel is no submission here.
+
+        Raises:
+            SandboxUnavailableError: the sandbox died or vanished (``SandboxDied``).
+        """
         try:
             return await self.env.execute({"command": command}, options.pop("cwd", self.cwd),
                                           separate_stderr=True, **options)
         except Submitted as submitted:
             return submitted.result
+        except SandboxDied as died:
+            raise SandboxUnavailableError(f"The sandbox is not running and cannot execute: {died}") from died
 
     def _path(self, file: str) -> str:
         """``file`` in the sandbox: relative ones to the sample's working directory."""

@@ -178,3 +178,21 @@ def test_import_swe_sandbox_leaves_inspect_out() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     assert done.returncode == 0, done.stderr
+
+
+async def test_exec_output_limit(sandbox_env: SandboxEnvironment) -> None:
+    """Output past inspect's exec limit (lowered for the call, as inspect does) raises, the tail kept."""
+    from inspect_ai.util import OutputLimitExceededError
+    from inspect_ai.util._sandbox.limits import override_max_exec_output_size
+
+    with override_max_exec_output_size(1024), pytest.raises(OutputLimitExceededError) as caught:
+        await sandbox_env.exec(["sh", "-c", "yes a | head -c 4096 | tr -d '\\n'; echo end"])
+    assert caught.value.truncated_output is not None and caught.value.truncated_output.endswith("aend\n")
+
+
+def test_cli_cleanup_reaches_gc(tmp_path: Path) -> None:
+    """``inspect sandbox cleanup swe_sandbox`` runs (our gc of every backend available here)."""
+    path = os.pathsep.join([str(entry_point_dir(tmp_path)), str(ROOT / "src")])
+    done = subprocess.run([sys.executable, "-m", "inspect_ai", "sandbox", "cleanup", "swe_sandbox"],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 0, done.stdout + done.stderr
