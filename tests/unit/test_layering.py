@@ -26,7 +26,7 @@ FLOORS = [
     {"testing"},
     {"batch", "_demo"},
     {"preflight"},
-    {"minisweagent", "mini_fields", "harbor", "cli", "__main__"},
+    {"minisweagent", "mini_fields", "harbor", "inspect_sandbox", "cli", "__main__"},
 ]
 
 
