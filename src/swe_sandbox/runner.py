@@ -498,10 +498,18 @@ class Runner(object):
                 return
 
     def next_request(self):
-        with self.cond:
-            while not self.requests and not self.closing:
-                self.cond.wait()
-            return None if self.closing else self.requests.pop(0)
+        """The next request, or None once closing; while none comes, orphans' zombies are reaped
+        every ``REAP_S`` (what a timeout killed, background jobs that ended: none lingers as a
+        zombie until the next command)."""
+        while True:
+            with self.cond:
+                if not self.requests and not self.closing:
+                    self.cond.wait(REAP_S)
+                if self.closing:
+                    return None
+                if self.requests:
+                    return self.requests.pop(0)
+            self.reap()
 
     @staticmethod
     def command_fd(command, rewind=False):
