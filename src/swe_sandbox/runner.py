@@ -743,7 +743,7 @@ class Runner(object):
             return self.run(req)
         except Exception as exc:  # report, stay alive for the next command
             msg = "swe-sandbox runner error: %s: %s" % (type(exc).__name__, exc)
-            return make_result(msg + "\n", -1, msg, time.monotonic(), OutputBuffer(1 << 20))
+            return early_result(req, msg, -1, time.monotonic())  # the shape asked for (separate stderr)
 
     def end_of_life(self):
         """Lifetime guard thread: at ``max_lifetime`` (seconds, monotonic) close like an end of file.

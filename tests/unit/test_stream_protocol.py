@@ -140,3 +140,12 @@ def test_the_mac_covers_a_requests_stdin():
     assert runner.read_frame(io.BytesIO(frame), runner.FrameAuth(key, b"runner", b"host"))["input"] == b"good input"
     with pytest.raises(runner.BadFrame):
         runner.read_frame(io.BytesIO(frame.replace(b"good", b"evil")), runner.FrameAuth(key, b"runner", b"host"))
+
+
+def test_only_the_commands_own_token_is_an_argv_field_of_its_wrapper():
+    """The exec fallback's cancel finds a command's wrapper by an argv field equal to its token: an
+    earlier command's token, spared by a later wrapper, must never be such a field."""
+    from swe_sandbox.environments.fallback import fallback_argv
+
+    argv = fallback_argv("/", 5, "tok-now", {}, spared=["tok-before"])
+    assert "tok-now" in argv and "tok-before" not in argv and argv[-1] == " tok-before"

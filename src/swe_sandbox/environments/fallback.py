@@ -246,7 +246,8 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     sandbox shares the host's kernel); the watchdog then also counts the time the exec took to start.
     ``run_trace``: a file every command of the environment gets open as its fd 8 (see
     ``ExecFallbackChannel``'s ``trace_dir``). ``spared``: tokens of earlier commands, whose orphans a
-    timeout spares (``runner.find_tree``'s rule).
+    timeout spares (``runner.find_tree``'s rule); passed as one field, each token after a space, so
+    only the command's own token is an argv field of its own (``CANCEL_SCRIPT`` finds the wrapper by it).
     """
     for name in env:
         check_env_name(name)  # exported unquoted: a name is never shell text
@@ -256,7 +257,7 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
     timeout_ticks = "" if timeout is None else str(max(1, math.ceil(float(timeout) * 100)))
     return ["sh", "-c", FALLBACK_SCRIPT, SCRIPT_NAME, cwd, timeout_ticks, token, drain_ticks, collect_ticks,
             exports, "1" if sweep_orphans else "0", "" if deadline_cs is None else str(deadline_cs), run_trace,
-            " ".join(spared)]
+            "".join(" " + t for t in spared)]  # a space before each: no field is ever a bare token
 
 
 def run_sweep(run_id: str, trace_file: str) -> str:
