@@ -17,6 +17,7 @@ from swe_sandbox.agent.config import load_run_config
 from swe_sandbox.batch import Cancellation, arollout, load_tasks, rollout
 from swe_sandbox.models.litellm_model import _litellm
 
+from helpers.loop_lag import LoopLag
 from helpers.openai_server import ScriptedOpenAIServer, SilentProvider, tool_call
 from helpers.variants import require_backend
 
@@ -133,20 +134,12 @@ def test_eight_arollouts_run_at_once_and_the_loop_stays_free(calc_repo, tmp_path
         # the first call of litellm in a process builds its types on the loop (~0.3 s, once): not ticked
         first = await arollout(tasks[0], config, {"backend": "bwrap"}, evaluate=False)
         one = time.monotonic() - start
-        late = 0.0
-
-        async def ticker() -> None:
-            nonlocal late
-            while True:
-                before = time.monotonic()
-                await asyncio.sleep(0.02)
-                late = max(late, time.monotonic() - before - 0.02)
-
-        tick = asyncio.create_task(ticker())
-        start = time.monotonic()
-        results = await asyncio.gather(*(arollout(t, config, {"backend": "bwrap"}, evaluate=False) for t in tasks))
-        eight = time.monotonic() - start
-        tick.cancel()
+        async with LoopLag() as lag:
+            start = time.monotonic()
+            results = await asyncio.gather(*(arollout(t, config, {"backend": "bwrap"}, evaluate=False)
+                                             for t in tasks))
+            eight = time.monotonic() - start
+        late = lag.worst
         print(f"one arollout {one:.2f} s, eight at once {eight:.2f} s, ticker at most {late * 1000:.0f} ms late")
         return one, eight, late, [first, *results]
 

@@ -10,24 +10,12 @@ import time
 import pytest
 
 from swe_sandbox.errors import FormatError, ModelError
-from swe_sandbox.models.litellm_model import LitellmModel, _litellm
+from swe_sandbox.models.litellm_model import LitellmModel
 from swe_sandbox.models.retry import INTERRUPTED_MESSAGE, Interruption
 
+from helpers.litellm_models import TASK, litellm_imported, make_model  # noqa: F401 - the fixture is autouse
+from helpers.loop_lag import LoopLag
 from helpers.openai_server import ScriptedOpenAIServer, error, rate_limited, text, tool_call
-
-TASK = [{"role": "user", "content": "task"}]
-FAST = {"backoff_base_s": 0.05, "backoff_max_s": 0.2, "max_total_s": 20}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def litellm_imported():
-    """Import litellm (2-4 s) before any test measures time."""
-    _litellm()
-
-
-def make_model(server: ScriptedOpenAIServer, **retry) -> LitellmModel:
-    return LitellmModel(model_name="openai/m", model_kwargs=server.model_kwargs(), cost_tracking="ignore_errors",
-                        retry={**FAST, **retry})
 
 
 def without_times(message: dict) -> dict:
@@ -72,22 +60,13 @@ def test_a_retry_wait_leaves_the_loop_free_and_interrupt_ends_it():
     from another thread ends the wait at once, as for ``query``."""
 
     async def main(model: LitellmModel) -> tuple[float, float]:
-        late = 0.0
-
-        async def ticker() -> None:
-            nonlocal late
-            while True:
-                start = time.monotonic()
-                await asyncio.sleep(0.02)
-                late = max(late, time.monotonic() - start - 0.02)
-
-        tick = asyncio.create_task(ticker())
-        threading.Timer(0.6, model.interrupt).start()
-        start = time.monotonic()
-        with pytest.raises(ModelError, match=INTERRUPTED_MESSAGE):
-            await model.aquery(TASK)
-        elapsed = time.monotonic() - start
-        tick.cancel()
+        async with LoopLag() as lag:
+            threading.Timer(0.6, model.interrupt).start()
+            start = time.monotonic()
+            with pytest.raises(ModelError, match=INTERRUPTED_MESSAGE):
+                await model.aquery(TASK)
+            elapsed = time.monotonic() - start
+        late = lag.worst
         return elapsed, late
 
     with ScriptedOpenAIServer([rate_limited(retry_after=30)]) as server:

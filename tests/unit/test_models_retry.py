@@ -12,24 +12,11 @@ from types import SimpleNamespace
 import pytest
 
 from swe_sandbox.errors import ModelError
-from swe_sandbox.models.litellm_model import LitellmModel, _litellm
+from swe_sandbox.models.litellm_model import LitellmModel
 from swe_sandbox.models.retry import INTERRUPTED_MESSAGE, RetryConfig, call_with_retries, retry_after_s
 
+from helpers.litellm_models import FAST, TASK, litellm_imported, make_model  # noqa: F401 - the fixture is autouse
 from helpers.openai_server import ScriptedOpenAIServer, error, rate_limited, tool_call
-
-TASK = [{"role": "user", "content": "task"}]
-FAST = {"backoff_base_s": 0.05, "backoff_max_s": 0.2, "max_total_s": 20}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def litellm_imported():
-    """Import litellm (2-4 s) before any test measures time."""
-    _litellm()
-
-
-def make_model(server: ScriptedOpenAIServer, **retry) -> LitellmModel:
-    return LitellmModel(model_name="openai/m", model_kwargs=server.model_kwargs(), cost_tracking="ignore_errors",
-                        retry={**FAST, **retry})
 
 
 def test_rate_limit_with_retry_after_waits_then_succeeds():
