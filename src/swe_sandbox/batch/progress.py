@@ -76,7 +76,7 @@ class Tally(BatchProgress):
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         with self.lock:
-            self.running.pop(result.instance_id, None)
+            self.running.pop(result.label, None)
             if record is not None:
                 self._count(record)
                 self.done_this_run += record.done
@@ -120,12 +120,12 @@ class LineProgress(Tally):
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         super().finished(record, result)
         if record is None:
-            self._print(f"{result.instance_id}: interrupted (runs again on resume)")
+            self._print(f"{result.label}: interrupted (runs again on resume)")
             return
         verdict = f" eval={record.eval_status}" if record.eval_status else ""
         again = "" if record.done else " (infrastructure failure: not done)"
         where = f" on node {short_node(record.ray_node)}" if record.ray_node else ""
-        self._print(f"{record.instance_id}: {record.exit_status}{verdict} ${record.cost:.4f} "
+        self._print(f"{record.label}: {record.exit_status}{verdict} ${record.cost:.4f} "
                     f"{record.steps} steps {record.duration_s:.1f}s attempt {record.attempt}{where}{again}"
                     f"  [{self.headline()}]")
 
