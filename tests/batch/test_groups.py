@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -39,10 +40,11 @@ from ray_fixtures import ray_cluster  # noqa: F401 - fixture
 from snapshot_standin import install, real_api
 from suite_fixtures import SCRIPTED_FAILURE, rows, suite  # noqa: F401 - fixture
 
-from swe_sandbox.batch import load_tasks
+from swe_sandbox.batch import arollout_group, load_tasks
 from swe_sandbox.batch.groups import rollout_group
 from swe_sandbox.batch.passk import pass_at_k
 from swe_sandbox.batch.records import ResultsLog
+from swe_sandbox.batch.rollouts import model_config_for
 
 HERE = Path(__file__).resolve().parent
 #: The empty submission: a sample that gives up (reward 0, no evaluation sandbox needed).
@@ -107,6 +109,7 @@ def test_suite_with_rollouts_3_gives_the_exact_pass_at_k(suite, docker_ok, tmp_p
     timing = report["timing"]
     assert timing["groups"] == 3 and timing["samples"] == 9 and timing["prepare_s"] > 0 and timing["fork_s"] > 0
     # SWE-bench's shape for sample 0; every sample in preds.samples.json
+    assert "pass@1 0.333, pass@3 0.667, avg@3 0.333 over 3 tasks" in done.stdout
     assert report["resolved_ids"] == ["tartley__colorama-3"]
     assert report["empty_patch_ids"] == sorted(["networkx__networkx-1", SCRIPTED_FAILURE])
     preds = json.loads((out / "preds.json").read_text())
@@ -144,6 +147,27 @@ def test_reuse_runs_every_sample_from_the_snapshot_in_one_sandbox(backend, reque
     infos = [r.group for r in group.results]
     assert len({i.group for i in infos}) == 1 and infos[0].fork_s == 0 and all(i.fork_s > 0 for i in infos[1:])
     assert all(not i.reset_drift for i in infos)
+
+
+@pytest.mark.bwrap
+def test_arollout_group_forks_each_sample_and_seeds_it(bwrap_ok, calc_repo, tmp_path, monkeypatch):
+    install(monkeypatch)
+    task = _listing_task(tmp_path, calc_repo)
+    recordings = tmp_path / "recordings"
+    recordings.mkdir()
+    for sample in range(2):  # {sample} in the model config: each sample its own recording
+        recording(recordings / f"{sample}.traj.json", [f"{GIVE_UP}; echo sample-{sample}; ls -A; touch leftover"])
+    config = run_config([])
+    config["model"] = {"model_class": "replay", "trajectory": f"{recordings}/{{sample}}.traj.json"}
+    seen: list[int | None] = []
+    group = asyncio.run(arollout_group(task, 2, config, {"backend": "bwrap"}, evaluate=False, workers=2,
+                                       trajectory_dir=tmp_path / "out", on_sample=lambda r: seen.append(r.sample)))
+    assert group.mode == "fork" and sorted(seen) == [0, 1]
+    assert [r.submission.split()[0] for r in group.results] == ["sample-0", "sample-1"]
+    assert all("leftover" not in r.submission and "calc.py" in r.submission for r in group.results)
+    assert all((tmp_path / "out" / "reuse" / str(s) / "reuse.traj.json").is_file() for s in range(2))
+    assert model_config_for(task, {"model_kwargs": {"seed": 7, "temperature": 1.0}}, 2)["model_kwargs"] == {
+        "seed": 9, "temperature": 1.0}
 
 
 def _slow_argv(tasks: Path, out: Path, recordings: Path) -> list[str]:
