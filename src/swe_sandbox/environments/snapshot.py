@@ -157,7 +157,7 @@ class Snapshot:
 
     def check_compatible(self, env: Environment) -> None:
         """Raises ValueError unless ``env`` is of the snapshot's backend class and config."""
-        if type(env) is not self.env_class or env.sibling_config() != self.config:
+        if type(env) is not self.env_class or env.sibling_config() not in (self.config, self.fork_config()):
             raise ValueError(f"reset: snapshot {self.id} is of a {self.backend} sandbox with another config "
                              f"({self.env_class.__name__}); reset only sandboxes of its own backend and config")
 
@@ -249,14 +249,14 @@ class StoreSnapshot(Snapshot):
 
     def reset(self, env: Environment) -> list[str]:
         roots = env.snapshot_roots()
-        processes, errors = env.kill_all(clear=[root.path for root in roots])
+        processes, errors, _ = env.kill_all(clear=[root.path for root in roots])
         drift = [f"process left: {p}" for p in processes] + [f"cannot remove {e}" for e in errors]
         if drift:
             return drift
         self.restore_into(env)
         for root in roots:
             drift += treedigest.differences(self.digests.get(root.name, {}), self.digest_now(env, root), root.path)
-        processes, _ = env.kill_all()
+        processes = env.kill_all().processes
         return drift + [f"process started during the reset: {p}" for p in processes]
 
     @staticmethod
