@@ -36,6 +36,8 @@ FILES_OUTSIDE_WORKSPACE = "files_outside_workspace"
 COMMAND_STDIN = "command_stdin"
 SEPARATE_STDERR = "separate_stderr"
 RUN_AS_USER = "run_as_user"
+SNAPSHOT = "snapshot"
+RESET_IN_PLACE = "reset_in_place"
 HOST_ISOLATION = "host_isolation"
 HOST_VISIBLE_PROCESSES = "host_visible_processes"
 
@@ -55,6 +57,10 @@ CAPABILITIES: dict[str, str] = {
     COMMAND_STDIN: "a command can be given bytes on its stdin (``execute(..., stdin=...)``) instead of /dev/null",
     SEPARATE_STDERR: "a command's stdout and stderr can be kept apart (``execute(..., separate_stderr=True)``)",
     RUN_AS_USER: "a command can run as another user of the sandbox (``execute(..., user=...)``)",
+    SNAPSHOT: "the sandbox's filesystem state can be captured (``env.snapshot()``) and new sandboxes started "
+              "from it (``snap.fork(n)``), each isolated from the others",
+    RESET_IN_PLACE: "``env.reset(snap)`` kills every process but the runner, restores the snapshot's files in "
+                    "place and proves it (else ``ResetFailed``)",
     HOST_ISOLATION: "commands run in a sandbox, not directly on a host (attacks on the host are tried "
                     "for real, not replaced by harmless probes)",
     HOST_VISIBLE_PROCESSES: "the sandbox's processes show in this host's /proc (same kernel)",

@@ -12,7 +12,9 @@
     │   │   ├── SandboxDied          the sandbox died or vanished; not an ordinary non-zero result sandbox
     │   │   │   └── ConnectionLost   only the connection (ssh) was lost; the next command reconnects sandbox
     │   │   ├── ProtocolError        the runner sent something it should not have                  sandbox
-    │   │   └── DownloadTooLarge     a download would write more than ``max_download_bytes``       sandbox
+    │   │   ├── DownloadTooLarge     a download would write more than ``max_download_bytes``       sandbox
+    │   │   ├── SnapshotError        a snapshot could not be taken, forked or used                 sandbox
+    │   │   └── ResetFailed          ``reset(snap)`` found drift; the sandbox was closed           sandbox
     │   ├── SetupFailed              a batch task's ``setup_command`` exited non-zero              instance
     │   ├── EvaluationStepFailed     a grading step failed once the patch was in the sandbox       agent
     │   └── ModelError               the model provider failed for good (``gave_up``: see below)   instance
@@ -214,6 +216,31 @@ class DownloadTooLarge(SandboxError):
 
     def __reduce__(self):  # picklable (batch workers send errors back)
         return type(self), (self.limit, self.path, self.source)
+
+
+class SnapshotError(SandboxError):
+    """A snapshot could not be taken, a sandbox could not be started from it, or it was removed."""
+
+
+class ResetFailed(SandboxError):
+    """``env.reset(snap)`` could not prove the sandbox back in the snapshot's state.
+
+    The environment was closed (never silently reused): start a fresh one from the snapshot
+    (``snap.environment()``).
+
+    Attributes:
+        drift (list[str]): what differed, one readable line each (a process that survived, a
+            path whose content, type or mode is not the snapshot's, a change the reset cannot undo).
+    """
+
+    def __init__(self, drift: list[str]):
+        self.drift = list(drift)
+        shown = "; ".join(self.drift[:5]) + (f"; and {len(self.drift) - 5} more" if len(self.drift) > 5 else "")
+        super().__init__(f"the sandbox did not reset to its snapshot ({shown}); it was closed: "
+                         "start a fresh one from the snapshot")
+
+    def __reduce__(self):  # picklable (batch workers send errors back)
+        return type(self), (self.drift,)
 
 
 class ModelError(SweSandboxError):

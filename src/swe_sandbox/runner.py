@@ -18,6 +18,17 @@ output), so the chunks joined are always a prefix of the result's ``output``. ``
 "id": ID}`` (sent while command ``ID`` runs, or before it starts) ends it as a timeout would, with
 the ``CANCELLED_MESSAGE`` result.
 
+Reset (DESIGN.md section 10): ``{"op": "reset", "remove": [path, ...], "clear": [dir, ...],
+"digest": [path, ...]}`` kills every process of the sandbox but the runner (as PID 1: every other
+process in /proc; else its subtree and the holders of its token), then removes each ``remove`` path
+and empties each ``clear`` directory (never through a symlink: a link is removed, not followed; no
+process is started, so a binary or module the commands replaced never runs), and answers
+``{"op": "result", "processes": [str, ...], "errors": [str, ...], "entries": {path: str | null}}``:
+the processes still alive ("pid: command line"), what could not be removed, and each ``digest``
+path's own entry (``path_entry``: type, mode, owner, and a file's size and sha256; null: absent),
+read by this runner once nothing else runs. The host restores the files and proves the rest
+(``environments.snapshot``).
+
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
 random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
 stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
@@ -53,7 +64,7 @@ import tempfile
 import threading
 import time
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 #: Length of a frame's MAC in bytes (HMAC-SHA256).
 MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
@@ -404,6 +415,82 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None, spare
     return found
 
 
+def cmdline_of(pid):
+    """The command line of ``pid`` (NULs as spaces, at most 200 characters), or "?"."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read(400).replace(b"\0", b" ").decode("utf-8", "replace").strip()[:200] or "?"
+    except OSError:
+        return "?"
+
+
+def remove_path(path, errors):
+    """Remove ``path`` and, for a real directory, everything below it; a symlink is removed, never
+    followed. A missing path is not an error; others go to ``errors``."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        errors.append("%s: %s" % (path, exc.strerror))
+        return
+    try:
+        if stat_is_dir(st.st_mode):
+            clear_dir(path, errors)
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError as exc:
+        errors.append("%s: %s" % (path, exc.strerror))
+
+
+def clear_dir(path, errors):
+    """Remove everything below the real directory ``path`` (kept itself); see ``remove_path``."""
+    try:
+        names = os.listdir(path) if stat_is_dir(os.lstat(path).st_mode) else []
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        errors.append("%s: %s" % (path, exc.strerror))
+        return
+    for name in names:
+        remove_path(os.path.join(path, name), errors)
+
+
+def path_entry(path):
+    """``path``'s own entry: ``"KIND MODE UID:GID"``, then for a file ``SIZE SHA256``, for a link
+    ``-> TARGET`` (a directory's children are not in it); None when it does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = {0o040000: "dir", 0o100000: "file", 0o120000: "link", 0o010000: "fifo",
+            0o140000: "socket"}.get(st.st_mode & 0o170000, "device")
+    entry = "%s %04o %d:%d" % (kind, st.st_mode & 0o7777, st.st_uid, st.st_gid)
+    if kind == "link":
+        return entry + " -> " + os.readlink(path)
+    if kind != "file":
+        return entry
+    digest, size = hashlib.sha256(), 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return entry + " unreadable (%s)" % exc.strerror
+    try:
+        while True:
+            block = os.read(fd, READ_CHUNK)
+            if not block:
+                return entry + " %d %s" % (size, digest.hexdigest())
+            size += len(block)
+            digest.update(block)
+    finally:
+        os.close(fd)
+
+
+def stat_is_dir(mode):
+    return (mode & 0o170000) == 0o040000
+
+
 def start_thread(target, *args):
     """Start a daemon thread; False when none can be had (a fork bomb used every process slot)."""
     try:
@@ -735,8 +822,39 @@ class Runner(object):
         kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
         self.reap()
 
+    def reset(self, req):
+        """``{"op": "reset"}``: kill every process but this runner, remove and clear paths, and say
+        what is still alive."""
+        marker = ("\0%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
+        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
+        if os.getpid() == 1:  # every process of the namespace, also those entered from outside
+            kill_tree(sorted(proc_table()), budget=4 * KILL_BUDGET_S)
+        errors = []
+        for path in req.get("remove") or []:
+            remove_path(str(path), errors)
+        for path in req.get("clear") or []:
+            clear_dir(str(path), errors)
+        deadline = time.monotonic() + KILL_COLLECT_S
+        while True:
+            self.reap()
+            left = self.survivors(marker)
+            if not left or time.monotonic() >= deadline:
+                break
+            time.sleep(POLL_S)
+        entries = dict((str(path), path_entry(str(path))) for path in req.get("digest") or [])
+        return {"op": "result", "processes": left, "errors": errors[:100], "entries": entries}
+
+    def survivors(self, marker):
+        """``"pid: command line"`` of every live process of the sandbox but this runner."""
+        table = proc_table()
+        pids = set(table) if os.getpid() == 1 else find_tree(table, [os.getpid()], None, marker)
+        pids.discard(os.getpid())
+        return ["%d: %s" % (pid, cmdline_of(pid)) for pid in sorted(pids)]
+
     def answer(self, req):
         """The reply to one request; a bug or a bad request never ends the runner."""
+        if req.get("op") == "reset":
+            return self.reset(req)
         if req.get("op") != "exec":
             return {"op": "error", "message": "unknown op %r" % req.get("op")}
         try:

@@ -34,23 +34,34 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, cast
 
 from swe_sandbox import runner
-from swe_sandbox.capabilities import COMMAND_STDIN, RUN_AS_USER, SEPARATE_STDERR, missing_capabilities
+from swe_sandbox.capabilities import (
+    COMMAND_STDIN,
+    RESET_IN_PLACE,
+    RUN_AS_USER,
+    SEPARATE_STDERR,
+    SNAPSHOT,
+    missing_capabilities,
+)
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable
 from swe_sandbox.errors import (
     ConfigError,
     ConnectionLost,
     ProtocolError,
+    ResetFailed,
     SandboxDied,
     SandboxError,
     SandboxStartError,
     Submitted,
 )
 from swe_sandbox.streaming import StreamEvent
+
+if TYPE_CHECKING:
+    from swe_sandbox.environments.snapshot import Snapshot, SnapshotRoot
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
@@ -63,6 +74,8 @@ REENTERED = ("a command is already running in this environment from this thread 
 #: closes the sandbox (the runner answers a cancel within ~0.5 s: ``runner.KILL_BUDGET_S`` and
 #: ``KILL_COLLECT_S``).
 CANCEL_WAIT_S = 3.0
+#: Seconds the runner has for a ``reset`` request (kill every process, empty the trees).
+RESET_TIMEOUT_S = 120.0
 #: Longest per-command timeout accepted, in seconds (about 11.5 days; select() refuses ~2.1e6 s).
 MAX_TIMEOUT_S = 1e6
 _RUNNER_SOURCE: bytes | None = None
@@ -202,6 +215,29 @@ def check_chunk(frame: dict[str, Any], request: dict[str, Any]) -> str:
             or stream not in (STREAMS if request.get("stderr") == "separate" else STREAMS[:1]):
         raise ProtocolError(f"the sandbox sent an invalid chunk ({str(frame)[:120]}); the sandbox is no longer trusted")
     return text
+
+
+def check_reset_reply(reply: dict[str, Any]) -> None:
+    """Refuse a ``reset`` reply whose ``processes`` or ``errors`` is not a bounded list of strings.
+
+    Raises:
+        ProtocolError: naming the bad field.
+    """
+    for field in ("processes", "errors", "entries"):
+        value = reply.get(field)
+        values = list(value.values()) if field == "entries" and isinstance(value, dict) else value
+        if not isinstance(values, list) or len(values) > 100_000 \
+                or not all(isinstance(v, str) or (v is None and field == "entries") for v in values):
+            raise ProtocolError(f"the sandbox sent an invalid reset reply ({field}={str(value)[:80]!r}); "
+                                "the sandbox is no longer trusted")
+
+
+class KillAllReply(NamedTuple):
+    """The runner's answer to ``Environment.kill_all``."""
+
+    processes: list[str]
+    errors: list[str]
+    entries: dict[str, str | None]
 
 
 class Session(Protocol):
@@ -828,6 +864,8 @@ class Environment:
             for frame in channel.frames(request, None if timeout is None else timeout + HOST_GRACE_S):
                 if frame.get("op") == "chunk":
                     check_chunk(frame, request)
+                elif request["op"] == "reset":
+                    check_reset_reply(frame)
                 else:
                     check_result(frame, request["max_output_bytes"], stderr=request.get("stderr") == "separate")
                 yield frame
@@ -843,6 +881,103 @@ class Environment:
             raise
         finally:
             self._running = None
+
+    # -- snapshots (DESIGN.md section 10; ``swe_sandbox.environments.snapshot``) -----------------
+    def snapshot(self) -> Snapshot:
+        """Capture the sandbox's filesystem state now (it starts the sandbox; it keeps running).
+
+        What is captured: containers, the whole root; bwrap, the workspace, ``/tmp`` and
+        ``/var/tmp``; local, the working directory (``cwd``); ssh, the remote workspace. Processes
+        are not (a background server is not running in a sandbox started from the snapshot).
+
+        Returns:
+            Snapshot: ``fork(n)``, ``environment()``, ``remove()``; remove it (or use it as a
+            context manager) when done.
+
+        Raises:
+            ConfigError: this backend (or config) cannot take snapshots (``capabilities.SNAPSHOT``).
+            SnapshotError: the state could not be captured.
+        """
+        self._require(SNAPSHOT, "snapshot")
+        self.start()
+        with self._lock:
+            if self._running is not None:
+                raise RuntimeError(REENTERED)
+            return self._snapshot()
+
+    def reset(self, snap: Snapshot) -> None:
+        """Bring the sandbox back to ``snap`` in place, and prove it: every process but the runner
+        killed, the snapshot's files restored, and then no process left and every captured tree's
+        digest (read by the host) equal to the snapshot's.
+
+        Args:
+            snap: a snapshot of a sandbox of this backend and config (``snapshot()``).
+
+        Raises:
+            ValueError: ``snap`` is of another backend or config.
+            ConfigError: this backend cannot reset in place (``capabilities.RESET_IN_PLACE``).
+            SnapshotError: ``snap`` was removed.
+            ResetFailed: something drifted (``drift`` lists what); the sandbox was closed, never
+                reused: start a fresh one with ``snap.environment()``.
+        """
+        snap.check_compatible(self)
+        self._require(RESET_IN_PLACE, "reset")
+        snap.check_usable()
+        self.start()
+        with self._lock:
+            if self._running is not None:
+                raise RuntimeError(REENTERED)
+            try:
+                drift = snap.reset(self)
+            except (OSError, ValueError, SandboxError) as exc:
+                drift = [f"the reset did not complete: {exc}"]
+        if drift:
+            self.close()
+            raise ResetFailed(drift)
+
+    def kill_all(self, remove: Sequence[str] = (), clear: Sequence[str] = (), digest: Sequence[str] = ()
+                 ) -> KillAllReply:
+        """Kill every process of the sandbox but the runner, then remove the ``remove`` paths,
+        empty the ``clear`` directories and read the ``digest`` paths' own entries (the runner's
+        ``reset`` request: no link followed, no program started). Starts the sandbox.
+
+        Returns:
+            KillAllReply: ``processes`` still alive (``"pid: command line"``), ``errors`` (what
+            could not be removed), ``entries`` (``{path: entry or None}``, ``runner.path_entry``).
+
+        Raises:
+            ConfigError: there is no runner to ask (the exec fallback: ``RESET_IN_PLACE``).
+            SandboxDied: the sandbox is gone (the environment is closed).
+        """
+        self._require(RESET_IN_PLACE, "kill_all")
+        with self._lock:
+            reply = last_frame(self._exchange({"op": "reset", "remove": list(remove), "clear": list(clear),
+                                               "digest": list(digest), "timeout": RESET_TIMEOUT_S}))
+        return KillAllReply(reply["processes"], reply["errors"], reply["entries"])
+
+    def snapshot_roots(self) -> list[SnapshotRoot]:
+        """The trees of this sandbox's state a store snapshot keeps (started sandbox); backends
+        with store snapshots override it (``snapshot.StoreSnapshot``)."""
+        raise ConfigError(f"{self.config.backend}: snapshots are not supported by {type(self).__name__}")
+
+    def sibling_config(self) -> EnvironmentConfig:
+        """The config of a new sandbox like this one but with a fresh workspace of its own (a
+        snapshot's forks): this config, without ``workspace`` (never shared with a fork)."""
+        if "workspace" in type(self.config).model_fields:
+            return self.config.model_copy(update={"workspace": None})
+        return self.config
+
+    def _snapshot(self) -> Snapshot:
+        """Take the snapshot (started sandbox, under the lock); default: a store of ``snapshot_roots``."""
+        from swe_sandbox.environments.snapshot import StoreSnapshot
+
+        return StoreSnapshot.take(self)
+
+    def _require(self, capability: str, what: str) -> None:
+        """Raises ConfigError when this backend lacks ``capability`` (``what``: the call asked for)."""
+        lacking = missing_capabilities(type(self), self.config)
+        if capability in lacking:
+            raise ConfigError(f"{what}: not available on this {self.config.backend} sandbox: {lacking[capability]}")
 
     def _drop_session(self) -> None:
         """After ``ConnectionLost``: close the session and the connection, keep the environment open."""

@@ -40,8 +40,9 @@ from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
-from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxStartError
-from swe_sandbox.runner import BOOTSTRAP, ISOLATED
+from swe_sandbox.environments.snapshot import SnapshotRoot
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SandboxStartError
+from swe_sandbox.runner import BOOTSTRAP, ISOLATED, descendants
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: moby's defaults (oci/defaults.go, ``DefaultLinuxSpec``): MaskedPaths under /proc (/sys is not
@@ -358,6 +359,30 @@ class BwrapEnvironment(Environment):
             if ids is not None:
                 os.chown(self._tmp_workspace, *ids)
         return Path(self._tmp_workspace)
+
+    def snapshot_roots(self) -> list[SnapshotRoot]:
+        """The sandbox's state: the workspace, ``/tmp`` (HOME) and ``/var/tmp``; the tmpfs ones are
+        reached through the runner's ``/proc/PID/root`` (``/dev/shm`` is not kept)."""
+        self.start()
+        ids = self.host_ids()
+        roots = [SnapshotRoot("workspace", self.config.mount_point, self.workspace, ids)]
+        for path, name in SCRATCH_MOUNTS.items():
+            host = Path(self._scratch, name) if self._scratch else self._sandbox_root() / path.lstrip("/")
+            roots.append(SnapshotRoot(name, path, host, ids, host_writable=self._scratch is not None))
+        return roots
+
+    def _sandbox_root(self) -> Path:
+        """``/proc/PID/root`` of the sandbox's first process (the runner, PID 1 inside)."""
+        channel = self._channel
+        proc = getattr(channel, "proc", None)
+        for pid in [proc.pid, *(descendants(proc.pid) or [])] if proc is not None else []:
+            try:
+                nspid = Path(f"/proc/{pid}/status").read_text().split("NSpid:")[1].split("\n")[0].split()
+            except (OSError, IndexError):
+                continue
+            if len(nspid) > 1 and nspid[-1] == "1":
+                return Path(f"/proc/{pid}/root")
+        raise SandboxError("bwrap: the sandbox's first process was not found (is it still running?)")
 
     def bwrap_argv(self, *, seccomp_fd: int | None = None, uid0: bool = False) -> list[str]:
         """The full bubblewrap command line (useful to debug the policy): ``bwrap_policy``, then

@@ -8,6 +8,7 @@ forwarded except ``PASSTHROUGH_ENV`` (needed for tools to work), plus ``env`` an
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from swe_sandbox import capabilities as cap
 from swe_sandbox.config import EnvironmentConfig
 from swe_sandbox.environments import fallback, hostcopy
 from swe_sandbox.environments.base import Environment, Session, spawn_runner
+from swe_sandbox.environments.snapshot import SnapshotRoot
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, RUN_TOKEN_VAR, kill_tree
 
 #: Host variables the local backend keeps: locale, identity and search path, never credentials.
@@ -39,6 +41,9 @@ class LocalConfig(EnvironmentConfig):
     """``python``: the runner, one process for every command; ``exec``: the exec fallback, one ``sh``
     wrapper per command (``fallback.ExecFallbackChannel``; what container and ssh hosts without
     python3 get, here checkable on any host)."""
+    temp_cwd: bool = False
+    """Run commands in a fresh temporary directory of their own (``cwd`` is then ignored), removed
+    at close: what a snapshot's forks get (``snapshot``)."""
 
 
 class LocalEnvironment(Environment):
@@ -67,9 +72,33 @@ class LocalEnvironment(Environment):
                                              "its own `sleep` (only tested, never done)")
         if config.runner == "exec":
             gaps.update(fallback.missing_capabilities(shared_host=True))
+        if not (config.cwd or config.temp_cwd):
+            gaps[cap.SNAPSHOT] = ("commands run in the caller's own working directory (no cwd set), which a snapshot "
+                                  "does not copy; set cwd (or temp_cwd) to the directory that holds the task")
+            gaps[cap.RESET_IN_PLACE] = gaps[cap.SNAPSHOT]
         return gaps
 
+    def __init__(self, config: LocalConfig):
+        super().__init__(config)
+        self._temp_dir: str | None = None
+
+    @property
+    def directory(self) -> str:
+        """Where commands start: the temporary directory (``temp_cwd``, made at start), else ``cwd``."""
+        return self._temp_dir or self.config.cwd
+
+    def snapshot_roots(self) -> list[SnapshotRoot]:
+        """The working directory (``/tmp`` and HOME are the host's own, never copied)."""
+        self.start()
+        return [SnapshotRoot("workspace", self.directory, Path(self.directory))]
+
+    def sibling_config(self) -> LocalConfig:
+        """A fork runs in a temporary directory of its own."""
+        return self.config.model_copy(update={"cwd": "", "temp_cwd": True})
+
     def _open_channel(self) -> Session:
+        if self.config.temp_cwd and self._temp_dir is None:
+            self._temp_dir = tempfile.mkdtemp(prefix="swe-sandbox-local-")
         base = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
         if self.config.runner == "exec":
             channel = fallback.ExecFallbackChannel(self._start_exec(self.sandbox_env(base)), shared_clock=True,
@@ -77,11 +106,11 @@ class LocalEnvironment(Environment):
             self._fallback_run = channel.run_id  # its commands carry it as their run token
             return channel
         argv = [self.config.python or sys.executable, *ISOLATED, "-c", BOOTSTRAP]
-        return spawn_runner(argv, self.sandbox_env(base), cwd=self.config.cwd or None)
+        return spawn_runner(argv, self.sandbox_env(base), cwd=self.directory or None)
 
     def _start_exec(self, env: dict[str, str]) -> Callable[[list[str]], HostExec]:
         """The exec fallback's ``start_exec``: ``argv`` on the host, in ``config.cwd``, with ``env`` only."""
-        return lambda argv: HostExec(argv, env, self.config.cwd or None)
+        return lambda argv: HostExec(argv, env, self.directory or None)
 
     def _stop(self) -> None:
         """End what commands left running on the host (the exec fallback, or a runner that died first)."""
@@ -90,6 +119,9 @@ class LocalEnvironment(Environment):
         if self._fallback_run:  # the fallback's own sweep: its run token, and its trace file's holders
             sweep = fallback.run_sweep(self._fallback_run, fallback.trace_path(TRACE_DIR, self._fallback_run))
             subprocess.run(["sh", "-c", sweep], stdin=subprocess.DEVNULL, capture_output=True, timeout=30, check=False)
+        if self._temp_dir is not None:
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            self._temp_dir = None
 
     def _upload(self, src: Path, dst: str) -> None:
         hostcopy.copy_paths(src, dst, follow_dst=False)  # a link at dst is replaced, as in a container
