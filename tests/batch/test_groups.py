@@ -37,7 +37,6 @@ from batch_fixtures import (  # noqa: F401 - fixtures
     write_tasks,
 )
 from ray_fixtures import ray_cluster  # noqa: F401 - fixture
-from snapshot_standin import install, real_api
 from suite_fixtures import SCRIPTED_FAILURE, rows, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch import arollout_group, load_tasks
@@ -46,18 +45,13 @@ from swe_sandbox.batch.passk import pass_at_k
 from swe_sandbox.batch.records import ResultsLog
 from swe_sandbox.batch.rollouts import model_config_for
 
-HERE = Path(__file__).resolve().parent
 #: The empty submission: a sample that gives up (reward 0, no evaluation sandbox needed).
 GIVE_UP = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
 
 def cli_argv(*args: str) -> list[str]:
-    """``swe-sandbox ARGS`` in a new process (with the snapshot stand-in until the real API is here)."""
-    if real_api():
-        return [sys.executable, "-m", "swe_sandbox", *args]
-    boot = (f"import sys; sys.path.insert(0, {str(HERE)!r}); import snapshot_standin; snapshot_standin.install(); "
-            "sys.argv[0] = 'swe-sandbox'; from swe_sandbox.cli import main; main()")
-    return [sys.executable, "-c", boot, *args]
+    """``swe-sandbox ARGS`` in a new process."""
+    return [sys.executable, "-m", "swe_sandbox", *args]
 
 
 def recording(path: Path, commands: list[str]) -> Path:
@@ -133,9 +127,8 @@ def _listing_task(tmp_path: Path, calc_repo: Path) -> Any:
 
 @pytest.mark.parametrize("backend", [pytest.param("bwrap", marks=pytest.mark.bwrap),
                                      pytest.param("docker", marks=pytest.mark.docker)])
-def test_reuse_runs_every_sample_from_the_snapshot_in_one_sandbox(backend, request, calc_repo, tmp_path, monkeypatch):
+def test_reuse_runs_every_sample_from_the_snapshot_in_one_sandbox(backend, request, calc_repo, tmp_path):
     request.getfixturevalue(f"{backend}_ok")
-    install(monkeypatch)
     # each sample submits what it found, then leaves a file behind: the reset must take it away
     config = run_config([f"{GIVE_UP}; ls -A; touch leftover"])
     task = _listing_task(tmp_path, calc_repo)
@@ -150,8 +143,7 @@ def test_reuse_runs_every_sample_from_the_snapshot_in_one_sandbox(backend, reque
 
 
 @pytest.mark.bwrap
-def test_arollout_group_forks_each_sample_and_seeds_it(bwrap_ok, calc_repo, tmp_path, monkeypatch):
-    install(monkeypatch)
+def test_arollout_group_forks_each_sample_and_seeds_it(bwrap_ok, calc_repo, tmp_path):
     task = _listing_task(tmp_path, calc_repo)
     recordings = tmp_path / "recordings"
     recordings.mkdir()
@@ -218,8 +210,6 @@ def _processes(marker: str) -> list[str]:
 
 @pytest.mark.bwrap
 def test_ray_runs_one_group_across_nodes(ray_cluster, bwrap_ok, calc_repo, tmp_path):
-    if not real_api():
-        pytest.skip("needs the real snapshot API on the Ray workers")
     recordings = tmp_path / "recordings"
     recordings.mkdir()
     for sample in range(3):

@@ -60,12 +60,13 @@ from swe_sandbox.batch.rollouts import (
 from swe_sandbox.batch.sandbox import task_env_config, task_sandbox
 from swe_sandbox.config import validate
 from swe_sandbox.environments import environment_class
-from swe_sandbox.errors import Outcome, SandboxError
+from swe_sandbox.errors import Outcome, ResetFailed, SandboxError
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
     from swe_sandbox.batch.tasks import Task
     from swe_sandbox.environments.base import Environment
+    from swe_sandbox.environments.snapshot import Snapshot
 
 FORK, REUSE, FRESH = "fork", "reuse", "fresh"
 
@@ -189,7 +190,13 @@ class _Group:
         self.controls, self.mode, self.trajectory_dir, self.on_sample = controls, mode, trajectory_dir, on_sample
         self.id = uuid.uuid4().hex[:12]
         self.prepare_s = 0.0
-        self.snap: Any = None
+        self.snap: Snapshot | None = None
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """The group's snapshot (``_prepare`` took it)."""
+        assert self.snap is not None, "the group was not prepared"
+        return self.snap
 
     def run(self, wanted: list[int], workers: int) -> list[RolloutResult]:
         if self.mode == FRESH:
@@ -233,7 +240,7 @@ class _Group:
         first = min(workers, len(wanted))
         started = time.monotonic()
         try:
-            forks = deque(self.snap.fork(first))
+            forks = deque(self.snapshot.fork(first))
         except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every sample's result
             return [self._failed(s, exc) for s in wanted]
         wave_s, lock = time.monotonic() - started, threading.Lock()
@@ -245,7 +252,7 @@ class _Group:
                 return self._sample(sample, lambda: _owned(ready), wave_s)
             begun = time.monotonic()
             try:
-                fresh = self.snap.environment()
+                fresh = self.snapshot.environment()
             except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - this sample's result
                 return self._failed(sample, exc)
             return self._sample(sample, lambda: _owned(fresh), time.monotonic() - begun)
@@ -283,11 +290,9 @@ class _Group:
         Raises:
             SnapshotError, SandboxError: no sandbox could be made from the snapshot.
         """
-        from swe_sandbox.errors import ResetFailed
-
         if environment is not None:
             try:
-                environment.reset(self.snap)
+                environment.reset(self.snapshot)
                 return environment, []
             except ResetFailed as exc:  # the sandbox is closed: never silently reused
                 drift = list(exc.drift) or [str(exc)]
@@ -296,7 +301,7 @@ class _Group:
                 drift = [f"{type(exc).__name__}: {exc}"]
         else:
             drift = ["no sandbox left from the previous sample"]
-        fresh = self.snap.environment()
+        fresh = self.snapshot.environment()
         stack.callback(fresh.close)
         return fresh, drift
 
