@@ -40,10 +40,13 @@ from ray_fixtures import ray_cluster  # noqa: F401 - fixture
 from suite_fixtures import SCRIPTED_FAILURE, rows, suite  # noqa: F401 - fixture
 
 from swe_sandbox.batch import arollout_group, load_tasks
+from swe_sandbox.batch.batch_run import check_layout
 from swe_sandbox.batch.groups import rollout_group
-from swe_sandbox.batch.passk import pass_at_k
-from swe_sandbox.batch.records import ResultsLog
-from swe_sandbox.batch.rollouts import model_config_for
+from swe_sandbox.batch.passk import group_report, group_rewards, pass_at_k
+from swe_sandbox.batch.progress import Tally
+from swe_sandbox.batch.records import AttemptRecord, ResultsLog
+from swe_sandbox.batch.rollouts import RolloutResult, model_config_for
+from swe_sandbox.errors import ConfigError
 
 #: The empty submission: a sample that gives up (reward 0, no evaluation sandbox needed).
 GIVE_UP = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -72,6 +75,44 @@ def test_pass_at_k_is_the_unbiased_estimator():
     assert pass_at_k(4, 4, 2) == 1.0
     with pytest.raises(ValueError):
         pass_at_k(3, 1, 4)
+
+
+def test_group_rewards_and_report_from_records():
+    def line(sample: int, reward: float | None, done: bool = True, **fields: Any) -> AttemptRecord:
+        return AttemptRecord(instance_id="a", sample=sample, exit_status="Submitted", done=done, reward=reward, **fields)
+
+    final = {"a/0": line(0, 1.0, group="g1", prepare_s=2.0, fork_s=0.5),
+             "a/1": line(1, None, done=False, group="g1", prepare_s=2.0, fork_s=0.5)}
+    assert group_rewards(["a"], 3, final, exhausted=set()) == {"a": [1.0, None, None]}
+    rewards = group_rewards(["a"], 3, final, exhausted={"a/1", "a/2"})  # out of attempts: 0
+    assert rewards == {"a": [1.0, 0.0, 0.0]}
+    report = group_report(rewards, 3, [*final.values(), line(2, 0.0, group="g2", prepare_s=3.0, fork_s=0.0)])
+    assert report["pass@1"] == pytest.approx(1 / 3, abs=1e-6) and report["pass@3"] == 1.0
+    assert report["timing"] == {"groups": 2, "samples": 3, "prepare_s": 5.0, "fork_s": 1.0,
+                                "prepare_s_per_sample": round(5 / 3, 3), "fork_s_per_sample": round(1 / 3, 3)}
+    assert group_report({"a": [1.0, None, 0.0]}, 3, [])["pass@1"] is None  # no task has all its rewards
+
+
+def test_the_live_rows_of_a_group_end_with_its_samples():
+    tally = Tally()
+    tally.update("a/0", phase="running")
+    tally.update("a/1,2", phase="running")  # a Ray task holding two samples
+    tally.update("ab/1", phase="running")
+    tally.finished(None, RolloutResult(instance_id="a", sample=0, exit_status="Submitted", done=True))
+    tally.finished(None, RolloutResult(instance_id="a", sample=2, exit_status="Submitted", done=True))
+    assert list(tally.running) == ["ab/1"]
+
+
+def test_a_directory_belongs_to_one_rollouts_count():
+    grouped = [AttemptRecord(instance_id="a", sample=s, exit_status="Submitted", done=True) for s in range(3)]
+    check_layout(grouped, 3)
+    check_layout(grouped, 5)  # a larger K adds samples to each group
+    with pytest.raises(ConfigError, match="--rollouts at least 3, not 2"):
+        check_layout(grouped, 2)
+    with pytest.raises(ConfigError, match="--rollouts at least 3"):
+        check_layout(grouped, 1)
+    with pytest.raises(ConfigError, match="--rollouts 1"):
+        check_layout([AttemptRecord(instance_id="a", exit_status="Submitted", done=True)], 3)
 
 
 @pytest.mark.docker

@@ -211,7 +211,8 @@ def _samples_of(unit: WorkUnit) -> list[int | None]:
 
 
 def check_layout(records: list[rec.AttemptRecord], k: int) -> None:
-    """Refuse to mix one rollout per instance and groups in one output directory.
+    """Refuse to mix one rollout per instance and groups in one output directory, or to shrink
+    its groups (a larger ``k`` adds samples to each).
 
     Raises:
         ConfigError: the directory's lines were written with another ``--rollouts`` (1 against K > 1),

@@ -46,7 +46,7 @@ from pydantic import BaseModel
 
 from swe_sandbox import capabilities
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT
-from swe_sandbox.batch.records import trajectory_file
+from swe_sandbox.batch.records import sample_label, trajectory_file
 from swe_sandbox.batch.rollouts import (
     INTERRUPTED,
     Controls,
@@ -204,6 +204,8 @@ class _Group:
                 self.task, self.env_config), 0.0))
         with contextlib.ExitStack() as stack:
             started = time.monotonic()
+            for sample in wanted:
+                self.controls.report(sample_label(self.task.instance_id, sample), phase="preparing")
             try:
                 prepared = self._prepare(stack)
             except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - every sample's result
@@ -217,7 +219,6 @@ class _Group:
 
     def _prepare(self, stack: contextlib.ExitStack) -> Environment:
         """Start and set up the task's sandbox, snapshot it; the snapshot is removed with ``stack``."""
-        self.controls.report(self.task.instance_id, phase="preparing")
         environment = stack.enter_context(task_sandbox(self.task, self.env_config))
         with self._closing(environment):
             self.snap = environment.snapshot()

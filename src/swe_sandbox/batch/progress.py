@@ -76,7 +76,8 @@ class Tally(BatchProgress):
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         with self.lock:
-            self.running.pop(result.label, None)
+            for key in [k for k in self.running if _covers(k, result)]:
+                del self.running[key]
             if record is not None:
                 self._count(record)
                 self.done_this_run += record.done
@@ -97,6 +98,15 @@ class Tally(BatchProgress):
         rate = f"  resolved {self.resolved}/{self.evaluated}" if self.evaluated else ""
         return (f"{self.done}/{self.total} done{rate}  ${self.cost:.2f}"
                 f"{f'  ETA {_duration(eta)}' if eta is not None else ''}")
+
+
+def _covers(key: str, result: RolloutResult) -> bool:
+    """Whether the running ``key`` is ``result``'s: its label, or (a group's samples run as one
+    unit on Ray: ``id/0,1``) a unit holding its sample."""
+    if key == result.label:
+        return True
+    instance_id, _, samples = key.partition("/")
+    return instance_id == result.instance_id and str(result.sample) in samples.split(",")
 
 
 def _duration(seconds: float) -> str:
