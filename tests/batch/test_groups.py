@@ -39,7 +39,7 @@ from batch_fixtures import (  # noqa: F401 - fixtures
 from ray_fixtures import ray_cluster  # noqa: F401 - fixture
 from suite_fixtures import SCRIPTED_FAILURE, rows, suite  # noqa: F401 - fixture
 
-from swe_sandbox.batch import arollout_group, load_tasks
+from swe_sandbox.batch import arollout_group, load_tasks, run_batch
 from swe_sandbox.batch.batch_run import check_layout
 from swe_sandbox.batch.groups import rollout_group
 from swe_sandbox.batch.passk import group_report, group_rewards, pass_at_k
@@ -203,6 +203,20 @@ def test_arollout_group_forks_each_sample_and_seeds_it(bwrap_ok, calc_repo, tmp_
         "seed": 9, "temperature": 1.0}
 
 
+@pytest.mark.bwrap
+def test_the_cost_limit_counts_every_sample_of_a_group(bwrap_ok, calc_repo, tmp_path):
+    tasks = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(f"c{n}", calc_repo) for n in range(2)]))
+    config = run_config(["true"] * 20 + [SUBMIT])
+    config["model"]["cost_per_call"] = 1.0
+    out = run_batch(tasks, tmp_path / "out", run_config=config, env_config="bwrap", cost_limit=6.0, workers=3,
+                    rollouts=3)
+    records = ResultsLog(out / "results.jsonl").read()
+    # the first group's 3 samples ran at once and stopped together; the second group never started
+    assert sorted((r.instance_id, r.sample, r.exit_status) for r in records) == [
+        ("c0", s, "LimitsExceeded") for s in range(3)]
+    assert 6.0 <= sum(r.cost for r in records) <= 6.0 + 3, [r.cost for r in records]
+
+
 def _slow_argv(tasks: Path, out: Path, recordings: Path) -> list[str]:
     return cli_argv("batch", str(tasks), "-o", str(out), "--env", "bwrap", "-w", "3", "--rollouts", "3",
                     "-c", "model.model_class=replay",
@@ -226,7 +240,7 @@ def test_sigkill_in_the_middle_of_a_group_then_only_the_missing_sample_runs(bwra
     proc = subprocess.Popen(_slow_argv(tasks, out, recordings), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True, text=True)
     try:
-        assert wait_for(two_in_and_third_running, 120), proc.stderr and proc.stderr.read() if proc.poll() else ""
+        assert wait_for(two_in_and_third_running, 120), "never two samples committed and the third running"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()

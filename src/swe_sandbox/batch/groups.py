@@ -60,7 +60,7 @@ from swe_sandbox.batch.rollouts import (
 from swe_sandbox.batch.sandbox import task_env_config, task_sandbox
 from swe_sandbox.config import validate
 from swe_sandbox.environments import environment_class
-from swe_sandbox.errors import Outcome, ResetFailed, SandboxError
+from swe_sandbox.errors import ConfigError, Outcome, ResetFailed, SandboxError
 
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
@@ -129,7 +129,10 @@ def rollout_group(task: Task, k: int, run_config: dict[str, Any], env_config: di
     wanted = group_samples(k, samples)
     controls = Controls(cancel=cancel, budget=budget, progress=progress, eval_timeout=eval_timeout, grading=grading,
                         model_wrapper=model_wrapper)
-    mode = group_mode(task, env_config, reuse)
+    try:
+        mode = group_mode(task, env_config, reuse)
+    except ConfigError:  # a bad config: the preparation fails with it, every sample's result
+        mode = FORK
     group = _Group(task, run_config, env_config, evaluate, controls, mode,
                    Path(trajectory_dir) if trajectory_dir is not None else None, on_sample)
     results = group.run(wanted, max(1, workers or len(wanted)))
