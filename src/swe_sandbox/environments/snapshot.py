@@ -73,7 +73,7 @@ class SnapshotRoot:
         owner: ``(uid, gid)`` the restored entries get on the host (bwrap: the sandbox's uid).
         host_writable: the host may write ``host`` too; else the tree is restored from inside,
             by ``tar`` reading the kept copy on its stdin (a tmpfs of the sandbox's user namespace,
-            where a host uid it does not map cannot create files; ssh).
+            where a host uid it does not map cannot create files). Without ``host``: ``upload``.
     """
 
     name: str
@@ -241,6 +241,8 @@ class StoreSnapshot(Snapshot):
             kept = self.store / root.name
             if root.host is not None and root.host_writable:
                 hostcopy.copy(self.store, root.name, root.host, "", owner=root.owner)
+            elif root.host is None:
+                env.upload(kept, root.path)
             elif any(kept.iterdir()):
                 result = env.execute({"command": RESTORE_COMMAND.format(path=shlex.quote(root.path))},
                                      stdin=tar_of(kept), timeout=RESTORE_TIMEOUT_S)
