@@ -311,7 +311,7 @@ def gc_stores(*, dry_run: bool = False) -> list[dict[str, str]]:
         except (OSError, ValueError):
             owner = {}
         pid = owner.get("pid") if isinstance(owner, dict) else None
-        alive = isinstance(pid, int) and process_start_id(pid) == owner.get("start") is not None
+        alive = isinstance(pid, int) and owner.get("start") is not None and process_start_id(pid) == owner["start"]
         entry = {"backend": "snapshot", "id": store.name, "run_id": "", "owner_pid": str(pid or "")}
         if alive:
             entry["action"] = "kept (owner alive)"

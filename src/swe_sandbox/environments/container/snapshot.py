@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import shlex
 import shutil
 import tarfile
 import threading
@@ -34,6 +35,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from swe_sandbox.capabilities import RESET_IN_PLACE, missing_capabilities
 from swe_sandbox.environments import treedigest
 from swe_sandbox.environments.container.archive import ChunkReader
 from swe_sandbox.environments.container.engine import LABEL_SNAPSHOT, Engine, error_line
@@ -186,8 +188,10 @@ class ArchiveSnapshot(ContainerSnapshot):
         self.check_usable()
         assert self.store is not None
         container: ContainerEnvironment = env  # type: ignore[assignment]
-        if self.deleted:
+        if self.deleted and has_capability(env, RESET_IN_PLACE):
             env.kill_all(remove=self.deleted)
+        elif self.deleted:  # the exec fallback: nothing ran in the new sandbox yet
+            env.execute({"command": "rm -rf -- " + " ".join(shlex.quote(p) for p in self.deleted)}, timeout=600)
         with open(self.store / "changes.tar", "rb") as archive:
             self.engine.put_archive(container.container_id or "", "/", archive)
 
@@ -246,6 +250,10 @@ def plan(changed: list[str], now: dict[str, str | None], want: dict[str, str | N
             remove.append(path)
         put.append(path)
     return remove, put, own_entry
+
+
+def has_capability(env: Environment, capability: str) -> bool:
+    return capability not in missing_capabilities(type(env), env.config)
 
 
 def _kind(entry: str | None) -> str:
