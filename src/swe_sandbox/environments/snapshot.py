@@ -216,12 +216,12 @@ class StoreSnapshot(Snapshot):
         began = time.monotonic()
         roots = env.snapshot_roots()
         snap = cls(env, roots)
-        try:
-            for root in roots:
+        for root in roots:
+            try:
                 snap.digests[root.name] = snap.copy_out(env, root)
-        except (OSError, ValueError, SandboxError) as exc:
-            snap.remove()
-            raise SnapshotError(f"{env.config.backend}: cannot snapshot {root.path}: {exc}") from exc
+            except (OSError, ValueError, SandboxError) as exc:
+                snap.remove()
+                raise SnapshotError(f"{env.config.backend}: cannot snapshot {root.path}: {exc}") from exc
         snap.taken_s = time.monotonic() - began
         return snap
 
@@ -253,7 +253,7 @@ class StoreSnapshot(Snapshot):
 
     def reset(self, env: Environment) -> list[str]:
         roots = env.snapshot_roots()
-        processes, errors, _ = env.kill_all(clear=[root.path for root in roots])
+        processes, errors, _ = env.kill_all(clear=[root.path for root in roots] + list(env.volatile_dirs))
         drift = [f"process left: {p}" for p in processes] + [f"cannot remove {e}" for e in errors]
         if drift:
             return drift

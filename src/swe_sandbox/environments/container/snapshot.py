@@ -51,8 +51,6 @@ if TYPE_CHECKING:
 SNAPSHOT_REPOSITORY = "swe-sandbox/snapshot"
 #: Most changed paths a reset compares; past it the reset is drift (a fresh fork is cheaper).
 MAX_RESET_CHANGES = 5000
-#: In-memory tmpfs a reset empties (not in the engine's list of changes).
-VOLATILE_DIRS = ("/dev/shm",)
 
 _PENDING: dict[str, Engine] = {}  # images removed while a container still used them
 _PENDING_LOCK = threading.Lock()
@@ -106,7 +104,7 @@ class ContainerSnapshot(Snapshot):
     def reset(self, env: Environment) -> list[str]:
         container: ContainerEnvironment = env  # type: ignore[assignment]
         cid, reference = container.container_id or "", self.reference()
-        first = env.kill_all(clear=VOLATILE_DIRS)
+        first = env.kill_all(clear=env.volatile_dirs)
         if first.processes or first.errors:
             return [f"process left: {p}" for p in first.processes] + [f"cannot remove {e}" for e in first.errors]
         paths = sorted({path for path, _ in self.engine.changes(cid)} | self.base_changes(container))
