@@ -122,9 +122,11 @@ class ContainerSnapshot(Snapshot):
         return self.verify(container, reference, set(paths))
 
     def verify(self, env: ContainerEnvironment, reference: Environment, before: set[str]) -> list[str]:
-        """Compare every path changed (before the restore, and now) with the reference sandbox's;
-        then no process may be left."""
-        paths = sorted(before | {path for path, _ in self.engine.changes(env.container_id or "")})
+        """Compare every path changed with the reference sandbox's again; then no process may be
+        left. (The engine is not asked for its changes again: nothing ran since but the restore,
+        whose only new paths are those below a directory put back whole from the reference; a
+        second ``docker diff`` costs ~0.6 s here.)"""
+        paths = sorted(before)
         now, want = env.kill_all(digest=paths), reference.kill_all(digest=paths).entries
         drift = [f"{path}: {now.entries.get(path) or 'missing'}, the snapshot has {want.get(path) or 'nothing'}"
                  for path in paths if now.entries.get(path) != want.get(path)][:treedigest.MAX_LINES]
