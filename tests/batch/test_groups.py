@@ -46,6 +46,7 @@ from swe_sandbox.batch.passk import group_report, group_rewards, pass_at_k
 from swe_sandbox.batch.progress import Tally
 from swe_sandbox.batch.records import AttemptRecord, ResultsLog
 from swe_sandbox.batch.rollouts import RolloutResult, model_config_for
+from swe_sandbox.environments.snapshot import gc_stores
 from swe_sandbox.errors import ConfigError
 
 #: The empty submission: a sample that gives up (reward 0, no evaluation sandbox needed).
@@ -245,6 +246,8 @@ def test_sigkill_in_the_middle_of_a_group_then_only_the_missing_sample_runs(bwra
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
     assert wait_for(lambda: not _processes(marker), 30)  # the sandbox died with its parent
+    swept = [e for e in gc_stores() if e["owner_pid"] == str(proc.pid)]  # its snapshot store: gc's
+    assert [e["action"] for e in swept] == ["removed"], swept
     first = ResultsLog(out / "results.jsonl").read()
     assert sorted(r.sample for r in first) == [0, 1]
 
