@@ -25,7 +25,7 @@ happens. ``rollout_group`` never raises for an agent, model or sandbox failure: 
 is every sample's result (a failed ``setup_command`` is done; a sandbox or snapshot that could not
 be made is infrastructure, run again).
 
-Seeds: ``rollouts.model_config_for`` (``SEED_RULE``): ``{sample}`` in the model config's strings
+Seeds: ``rollouts.model_config_for``: ``{sample}`` in the model config's strings
 becomes the sample's number and an integer ``model_kwargs.seed`` becomes ``seed + sample``.
 """
 

@@ -43,8 +43,6 @@ INSTANCE_PLACEHOLDER = "{instance_id}"
 #: Placeholder in string values of the model config, replaced by a group's sample number (0 ..
 #: K-1), e.g. a replay model's ``trajectory: solutions/{instance_id}.{sample}.traj.json``.
 SAMPLE_PLACEHOLDER = "{sample}"
-#: How a group's samples get their seeds (``model_config_for``).
-SEED_RULE = "an integer model.model_kwargs.seed becomes seed + sample for sample 0 .. K-1"
 
 Progress = Callable[..., None]
 
@@ -241,7 +239,7 @@ def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str
 def model_config_for(task: Task, model: dict[str, Any], sample: int | None = None) -> dict[str, Any]:
     """``model`` for ``task`` (and a group's ``sample``): ``{instance_id}`` in its string values
     becomes the task's id; for a sample, ``{sample}`` becomes its number (0 .. K-1) and an integer
-    ``model_kwargs.seed`` becomes ``seed + sample`` (``SEED_RULE``), so the K samples of a task
+    ``model_kwargs.seed`` becomes ``seed + sample``, so the K samples of a task
     differ where the provider honours a seed, and a rerun of sample k asks for the same seed."""
     out = {k: _placed(v, task.instance_id, sample) for k, v in model.items()}
     kwargs = out.get("model_kwargs")
