@@ -250,6 +250,9 @@ class _Group:
         wave_s, lock = time.monotonic() - started, threading.Lock()
 
         def one(sample: int) -> RolloutResult:
+            stop = self._stopping()
+            if stop:
+                return self._failed(sample, KeyboardInterrupt(stop))
             with lock:
                 ready = forks.popleft() if forks else None
             if ready is not None:
@@ -272,9 +275,9 @@ class _Group:
         results: list[RolloutResult] = []
         current: Environment | None = environment
         for i, sample in enumerate(wanted):
-            cancel = self.controls.cancel
-            if cancel is not None and cancel.cancelled:
-                results.append(self._failed(sample, KeyboardInterrupt("batch cancelled")))
+            stop = self._stopping()
+            if stop:
+                results.append(self._failed(sample, KeyboardInterrupt(stop)))
                 continue
             began, drift = time.monotonic(), list[str]()
             try:
@@ -286,6 +289,16 @@ class _Group:
                 continue
             results.append(self._sample(sample, functools.partial(_lent, current), time.monotonic() - began, drift))
         return results
+
+    def _stopping(self) -> str:
+        """Why a sample not started yet must not start (``""``: it may): the run was cancelled, or
+        its cost limit reached (as for single rollouts, no new one starts; it runs on resume)."""
+        cancel, budget = self.controls.cancel, self.controls.budget
+        if cancel is not None and cancel.cancelled:
+            return "not started: the batch was cancelled"
+        if budget is not None and budget.exhausted():
+            return "not started: the batch's total cost limit was reached"
+        return ""
 
     def _reset(self, environment: Environment | None, stack: contextlib.ExitStack) -> tuple[Environment, list[str]]:
         """``environment`` reset to the snapshot, or (``ResetFailed``, a dead sandbox, none) a new one
@@ -325,8 +338,9 @@ class _Group:
         else:
             assert isinstance(exc, Exception)
             status, outcome = ending_of(exc, self.env_config)
+        error = str(exc) if isinstance(exc, KeyboardInterrupt) else f"{type(exc).__name__}: {exc}"
         result = RolloutResult(instance_id=self.task.instance_id, exit_status=status, done=outcome.done,
-                               outcome=outcome, error=f"{type(exc).__name__}: {exc}", sample=sample,
+                               outcome=outcome, error=error, sample=sample,
                                backend=str(self.env_config.get("backend", "")), started_at=time.time())
         if self.evaluate and result.done:
             evaluate_into(self.task, result, self.env_config, self.controls)

@@ -58,7 +58,8 @@ class GroupInfo(BaseModel):
     snapshot between samples) or ``fresh`` (no snapshot on this backend: its own start and setup)."""
     prepare_s: float = 0.0
     """Seconds the group's preparation took (start, workspace, ``setup_command``, snapshot): once
-    per ``group``, shared by its samples."""
+    per ``group``, shared by its samples (``fresh``: 0, each sample prepares its own sandbox
+    within its ``duration_s``)."""
     fork_s: float = 0.0
     """Seconds this sample waited for its sandbox after the preparation (a fork, a reset; 0 for
     the prepared sandbox itself)."""
