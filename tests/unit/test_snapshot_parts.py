@@ -138,3 +138,14 @@ def test_gc_stores_removes_those_of_dead_owners_only(tmp_path, monkeypatch):
         mine.name: "kept (owner alive)", orphan.name: "would remove"}
     snapshot.gc_stores()
     assert mine.exists() and not orphan.exists()
+
+
+def test_tree_plan_undoes_only_what_differs():
+    want = {"": "dir 0755", "a": "file 0644 1 x", "d": "dir 0755", "d/f": "file 0644 1 y", "gone": "dir 0755",
+            "gone/g": "file 0644 1 z", "same": "file 0644 1 s", "t": "file 0644 1 t"}
+    now = {"": "dir 0700", "a": "file 0644 1 X", "d": "dir 0755", "d/f": "file 0644 1 y", "d/new": "file 0644 1 n",
+           "same": "file 0644 1 s", "t": "dir 0755", "t/inner": "file 0644 1 i", "extra": "dir 0755",
+           "extra/e": "file 0644 1 e"}
+    remove, put = treedigest.plan(want, now)
+    assert remove == ["a", "d/new", "extra", "t"]  # t's children go with it
+    assert put == ["a", "gone", "t"]  # gone/g comes back with gone; the root's own mode is the check's

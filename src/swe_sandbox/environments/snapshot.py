@@ -17,10 +17,12 @@ trees (``Environment.snapshot_roots``): a copy of each in a host store directory
 ``hostcopy`` where the host reaches the tree (bwrap, local; the tree is live and hostile: no link is
 followed), back in with ``cp -a`` (the store is static), else through ``download``/``upload`` (ssh). Container engines commit the whole root instead (``container.snapshot``).
 
-A verified reset: (1) the runner kills every process but itself and empties the trees
-(``Environment.kill_all``); (2) the snapshot's copies go back; (3) each tree's digest
-(``treedigest``), read by the host, must equal the snapshot's; (4) no process may be left. Any
-difference is drift: the environment is closed and ``ResetFailed`` lists what differed.
+A verified reset: (1) the runner kills every process but itself (``Environment.kill_all``);
+(2) each tree's digest (``treedigest``), read by the host, is compared with the snapshot's: what
+the snapshot lacks (or holds as something else) is removed by the runner, what differs or is
+missing is copied back from the store (``treedigest.plan``); (3) each tree's digest must now equal
+the snapshot's; (4) no process may be left. Any difference is drift: the environment is closed
+and ``ResetFailed`` lists what differed.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import posixpath
 import shlex
 import shutil
 import stat
@@ -252,16 +255,44 @@ class StoreSnapshot(Snapshot):
                     raise SnapshotError(f"cannot restore {root.path}: {result['output'][-500:]}")
 
     def reset(self, env: Environment) -> list[str]:
+        """Kill every process, then undo only what differs from the snapshot's digests (what the
+        snapshot lacks removed by the runner, what differs or is missing copied back from the
+        store), then compare every tree again."""
         roots = env.snapshot_roots()
-        processes, errors, _ = env.kill_all(clear=[root.path for root in roots] + list(env.volatile_dirs))
+        processes, errors, _ = env.kill_all(clear=list(env.volatile_dirs))
         drift = [f"process left: {p}" for p in processes] + [f"cannot remove {e}" for e in errors]
         if drift:
             return drift
-        self.restore_into(env)
+        plans = {root.name: treedigest.plan(self.digests.get(root.name, {}), self.digest_now(env, root))
+                 for root in roots}
+        remove = [posixpath.join(root.path, rel) for root in roots for rel in plans[root.name][0]]
+        errors = env.kill_all(remove=remove).errors if remove else []
+        if errors:
+            return [f"cannot remove {e}" for e in errors]
+        for root in roots:
+            self.put_back(env, root, plans[root.name][1])
         for root in roots:
             drift += treedigest.differences(self.digests.get(root.name, {}), self.digest_now(env, root), root.path)
         processes = env.kill_all().processes
         return drift + [f"process started during the reset: {p}" for p in processes]
+
+    def put_back(self, env: Environment, root: SnapshotRoot, rels: list[str]) -> None:
+        """Copy ``rels`` (paths relative to ``root``, outermost first) from the store into ``env``."""
+        assert self.store is not None
+        kept = self.store / root.name
+        if not rels:
+            return
+        if root.host is not None and root.host_writable:
+            for rel in rels:
+                hostcopy.copy(kept, rel, root.host, rel, owner=root.owner)
+        elif root.host is None:
+            for rel in rels:
+                env.upload(kept / rel, posixpath.join(root.path, rel))
+        else:
+            result = env.execute({"command": RESTORE_COMMAND.format(path=shlex.quote(root.path))},
+                                 stdin=tar_of(kept, rels), timeout=RESTORE_TIMEOUT_S)
+            if result["returncode"] != 0:
+                raise SnapshotError(f"cannot restore {root.path}: {result['output'][-500:]}")
 
     @staticmethod
     def digest_now(env: Environment, root: SnapshotRoot) -> dict[str, str]:
@@ -304,12 +335,13 @@ def copy_static(src: Path, dst: Path, owner: tuple[int, int] | None) -> None:
         os.chmod(dst, stat.S_IMODE(kept.st_mode))
 
 
-def tar_of(directory: Path) -> bytes:
-    """An uncompressed tar of what is in ``directory`` (names relative to it; links kept as links)."""
+def tar_of(directory: Path, rels: list[str] | None = None) -> bytes:
+    """An uncompressed tar of ``rels`` (paths relative to ``directory``; default: everything in
+    it), names relative to it, links kept as links."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as archive:
-        for child in sorted(directory.iterdir()):
-            archive.add(child, arcname=child.name)
+        for rel in sorted(rels if rels is not None else [child.name for child in directory.iterdir()]):
+            archive.add(directory / rel, arcname=rel)
     return buf.getvalue()
 
 

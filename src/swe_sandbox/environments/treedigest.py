@@ -126,3 +126,22 @@ def differences(expected: dict[str, str], actual: dict[str, str], where: str) ->
     if len(lines) > MAX_LINES:
         lines[MAX_LINES:] = [f"and {len(lines) - MAX_LINES} more paths under {where}"]
     return lines
+
+
+def plan(want: dict[str, str], now: dict[str, str]) -> tuple[list[str], list[str]]:
+    """How to turn the tree ``now`` into ``want`` (two digests), outermost path first: the paths to
+    remove (absent from ``want``, or whose entry differs: a directory goes whole) and those to copy
+    back whole from the snapshot (missing, or removed as different); nothing below a path removed
+    or copied back whole is listed again. The root's own entry (``""``) is left to the comparison."""
+    remove: list[str] = []
+    put: list[str] = []
+    done: list[str] = []  # prefixes ("a/") of what is handled whole
+    for rel in sorted((set(want) | set(now)) - {""}):
+        if any(rel.startswith(prefix) for prefix in done) or now.get(rel) == want.get(rel):
+            continue
+        if rel in now:
+            remove.append(rel)
+        if rel in want:
+            put.append(rel)
+        done.append(rel + "/")
+    return remove, put
