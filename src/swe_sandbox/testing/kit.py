@@ -263,6 +263,7 @@ def processes_besides_runner(env: Any) -> list[str] | None:
 
 _TREE_SCRIPT = r"""
 import hashlib, os, stat, sys
+sys.stdout.reconfigure(errors="backslashreplace")
 def line(path):
     st = os.lstat(path)
     what = ""

@@ -170,6 +170,7 @@ class Bench:
     snap: Any
     watch: list[str]
     baseline: dict[str, list[str]]
+    cwd: str = ""
     home: str | None = None
     site: str | None = None
     dirs: list[str] = field(default_factory=list)
@@ -255,10 +256,15 @@ def _write_outside(env: Any, token: str) -> list[str]:
     return [line.split()[1] for line in run(env, script)["output"].splitlines() if line.startswith("WROTE ")]
 
 
+#: Links out of the workspace at the snapshot: kept as links (a copy that followed them would put
+#: the host's files in the forks).
+LINKS_OUT = "ln -s /etc/shadow leak-file && ln -s /etc/ssh leak-dir"
+
+
 def make_origin(world: World) -> Origin:
     env = world.fresh()
     first = world.hold(env.snapshot())
-    assert run(env, "echo A > a.txt && echo A > tracked.txt && rm doomed.txt")["returncode"] == 0
+    assert run(env, "echo A > a.txt && echo A > tracked.txt && rm doomed.txt && " + LINKS_OUT)["returncode"] == 0
     outside = _write_outside(env, unique_marker().replace(".", ""))
     world.hold(_Cleanup(env, outside))
     tree = sandbox_tree(env, ".")
@@ -496,11 +502,12 @@ def make_bench(world: World) -> Bench:
         (victim / "canary").mkdir()
         (victim / "canary" / "canary.txt").write_text("canary\n")
     extras = [path for path in EXTRA_WATCH if under(path, roots) or has(env, HOST_ISOLATION)]
-    baseline = {path: sandbox_tree(env, path) for path in watch + extras}
+    cwd = run(env, "pwd")["output"].strip()
+    baseline = {path: sandbox_tree(env, path) for path in [*watch, *extras, cwd]}
     snap = world.hold(env.snapshot())
-    bench = Bench(env, snap, watch, baseline, found["home"], found["site"], found["dirs"], victim,
+    bench = Bench(env, snap, watch, baseline, cwd, found["home"], found["site"], found["dirs"], victim,
                   host_files(victim) if victim else {})
-    assert bench.drifted(tuple(extras)) == {}, "taking the snapshot changed the sandbox"
+    assert bench.drifted((*extras, cwd)) == {}, "taking the snapshot changed the sandbox"
     return bench
 
 
@@ -546,6 +553,12 @@ def _cases() -> dict[str, Callable[[Bench, str], Case | None]]:
             "import os; st = os.stat(\"tracked.txt\"); open(\"tracked.txt\", \"w\").write(\"TRACKED v1\\n\"); "
             "os.utime(\"tracked.txt\", ns=(st.st_atime_ns, st.st_mtime_ns))")),
         "mode-changed": lambda b, m: Case("chmod 600 tracked.txt && chmod 755 pkg/mod.py && chmod 700 deep"),
+        "type-swapped": lambda b, m: Case("rm tracked.txt && mkdir tracked.txt && rm -rf deep/a && echo x > deep/a"),
+        "odd-names": lambda b, m: Case("touch -- -rf --help \"$(printf 'new\\nline')\" \"$(printf 'bad\\377byte')\""),
+        "owner-changed": lambda b, m: Case("{ chown 65534:65534 tracked.txt; chmod 4755 pkg/mod.py; } 2>/dev/null; true"),
+        "hard-link-out": lambda b, m: Case(f"rm tracked.txt && {{ ln {b.target()} tracked.txt 2>/dev/null || true; }}"),
+        "workspace-mode": lambda b, m: Case("chmod 700 . && chmod 500 deep/a", (b.cwd,)),
+        "stopped-process": lambda b, m: Case(f"setsid sleep {m} > /dev/null 2>&1 & kill -STOP $!", processes=True),
         "new-directories": lambda b, m: Case("mkdir -p newdir/sub && echo x > newdir/sub/f && chmod 000 newdir/sub"),
         "git-history-rewritten": lambda b, m: Case("rm -rf .git 2>/dev/null; mkdir -p .git && echo evil > .git/HEAD"),
         "links-out": lambda b, m: Case(
@@ -719,10 +732,11 @@ def test_reset_is_refused_exactly_where_the_backend_declares_it(world):
         bench.env.reset(bench.snap)
         assert bench.drifted() == {}
     else:
-        before = bench.trees(bench.watch)
+        marker = unique_marker()
+        assert run(bench.env, f"echo kept > kept.{marker}")["returncode"] == 0
         with pytest.raises(ConfigError, match="reset"):
             bench.env.reset(bench.snap)
-        assert bench.trees(bench.watch) == before
+        assert read_in_sandbox(bench.env, f"kept.{marker}") == "kept\n", "a refused reset changed the sandbox"
 
 
 def _other_backend(world: World) -> Any:
