@@ -259,16 +259,20 @@ def _write_outside(env: Any, token: str) -> list[str]:
 #: Links out of the workspace at the snapshot: kept as links (a copy that followed them would put
 #: the host's files in the forks).
 LINKS_OUT = "ln -s /etc/shadow leak-file && ln -s /etc/ssh leak-dir"
+#: Entries a snapshot's copy must keep as they are without opening them (a FIFO would block it).
+#: (A socket's file is not asked for: it is dead without the process that listened on it.)
+SPECIAL = "mkfifo fifo && echo secret > unreadable.txt && chmod 000 unreadable.txt"
 
 
 def make_origin(world: World) -> Origin:
     env = world.fresh()
     first = world.hold(env.snapshot())
-    assert run(env, "echo A > a.txt && echo A > tracked.txt && rm doomed.txt && " + LINKS_OUT)["returncode"] == 0
+    command = f"echo A > a.txt && echo A > tracked.txt && rm doomed.txt && {LINKS_OUT} && {SPECIAL}"
+    assert run(env, command)["returncode"] == 0
     outside = _write_outside(env, unique_marker().replace(".", ""))
     world.hold(_Cleanup(env, outside))
     tree = sandbox_tree(env, ".")
-    snap = world.hold(env.snapshot())
+    snap = world.hold(bounded(env.snapshot, RESET_BUDGET_S))
     assert sandbox_tree(env, ".") == tree, "taking the snapshot changed the workspace"
     command = "echo B > b.txt && echo B > a.txt" + "".join(f" && echo B > {d}/a.txt" for d in outside)
     assert run(env, command)["returncode"] == 0
@@ -358,10 +362,11 @@ def test_forks_see_the_snapshot_not_later_writes(world):
 def test_a_forks_writes_stay_in_that_fork(world):
     origin, (writer, sibling) = world.origin, world.twins
     captured = [d for d in origin.outside if under(d, origin.snap.roots)]
+    siblings_tree = sandbox_tree(sibling, ".")
     command = "echo F > a.txt && echo F > f.txt && rm tracked.txt" + "".join(f" && echo F > {d}/a.txt" for d in captured)
     assert run(writer, command)["returncode"] == 0
     assert run(origin.env, "echo C > c.txt")["returncode"] == 0
-    assert sandbox_tree(sibling, ".") == origin.tree, "a fork's writes reached its sibling"
+    assert sandbox_tree(sibling, ".") == siblings_tree, "a fork's writes reached its sibling"
     assert read_in_sandbox(origin.env, "a.txt") == "B\n" and read_in_sandbox(origin.env, "tracked.txt") == "A\n"
     assert sandbox_tree(origin.env, "f.txt") == ["ABSENT f.txt"], "a fork's writes reached the parent"
     assert sandbox_tree(writer, "c.txt", "b.txt") == ["ABSENT c.txt", "ABSENT b.txt"]
@@ -446,6 +451,20 @@ def test_a_snapshot_used_as_a_context_manager_is_removed_on_exit(world):
     with world.origin.env.snapshot() as snap:
         image, store = snap.image, snap.store
     assert_held_nowhere(world.origin.env, image, store)
+
+
+def test_a_snapshot_outlives_its_sandbox(world):
+    env = world.fresh()
+    assert run(env, "echo kept > kept.txt")["returncode"] == 0
+    with env.snapshot() as snap:
+        env.close()
+        fork = world.hold(snap.environment())
+        assert read_in_sandbox(fork, "kept.txt") == "kept\n"
+        with pytest.raises(SandboxError):
+            env.snapshot()
+        if has(env, RESET_IN_PLACE):
+            with pytest.raises(SandboxError):
+                env.reset(snap)
 
 
 @pytest.mark.parametrize("count", [0, -1])
@@ -688,9 +707,11 @@ def test_a_reset_reverts_or_catches(world, name):
 
 
 @needs_reset
-def test_a_fork_resets_to_its_snapshot(world):
+@pytest.mark.parametrize("whose", ["fork", "sandbox-of-the-same-config"])
+def test_another_sandbox_resets_to_the_snapshot(world, whose):
+    """A fork of the snapshot, or any sandbox of the same backend and config, resets to it."""
     bench = world.bench
-    fork, marker = world.hold(bench.snap.environment()), unique_marker()
+    fork, marker = world.hold(bench.snap.environment() if whose == "fork" else world.fresh()), unique_marker()
     assert run(fork, f"echo stray > stray.txt && rm doomed.txt && (setsid sleep {marker} > /dev/null 2>&1 &)")["returncode"] == 0
     fork.reset(bench.snap)
     assert sandbox_tree(fork, ".") == bench.baseline["."]
