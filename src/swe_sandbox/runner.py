@@ -18,13 +18,16 @@ output), so the chunks joined are always a prefix of the result's ``output``. ``
 "id": ID}`` (sent while command ``ID`` runs, or before it starts) ends it as a timeout would, with
 the ``CANCELLED_MESSAGE`` result.
 
-Reset (DESIGN.md section 10): ``{"op": "reset", "remove": [path, ...], "clear": [dir, ...]}`` kills
-every process of the sandbox but the runner (as PID 1: every other process in /proc; else its
-subtree and the holders of its token), then removes each ``remove`` path and empties each ``clear``
-directory (never through a symlink: a link is removed, not followed; no process is started, so a
-binary or module the commands replaced never runs), and answers ``{"op": "result", "processes":
-[str, ...], "errors": [str, ...]}``: the processes still alive ("pid: command line") and what could
-not be removed. The host restores the files and proves the rest (``environments.snapshot``).
+Reset (DESIGN.md section 10): ``{"op": "reset", "remove": [path, ...], "clear": [dir, ...],
+"digest": [path, ...]}`` kills every process of the sandbox but the runner (as PID 1: every other
+process in /proc; else its subtree and the holders of its token), then removes each ``remove`` path
+and empties each ``clear`` directory (never through a symlink: a link is removed, not followed; no
+process is started, so a binary or module the commands replaced never runs), and answers
+``{"op": "result", "processes": [str, ...], "errors": [str, ...], "entries": {path: str | null}}``:
+the processes still alive ("pid: command line"), what could not be removed, and each ``digest``
+path's own entry (``path_entry``: type, mode, owner, and a file's size and sha256; null: absent),
+read by this runner once nothing else runs. The host restores the files and proves the rest
+(``environments.snapshot``).
 
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
 random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
@@ -454,6 +457,36 @@ def clear_dir(path, errors):
         remove_path(os.path.join(path, name), errors)
 
 
+def path_entry(path):
+    """``path``'s own entry: ``"KIND MODE UID:GID"``, then for a file ``SIZE SHA256``, for a link
+    ``-> TARGET`` (a directory's children are not in it); None when it does not exist."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    kind = {0o040000: "dir", 0o100000: "file", 0o120000: "link", 0o010000: "fifo",
+            0o140000: "socket"}.get(st.st_mode & 0o170000, "device")
+    entry = "%s %04o %d:%d" % (kind, st.st_mode & 0o7777, st.st_uid, st.st_gid)
+    if kind == "link":
+        return entry + " -> " + os.readlink(path)
+    if kind != "file":
+        return entry
+    digest, size = hashlib.sha256(), 0
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        return entry + " unreadable (%s)" % exc.strerror
+    try:
+        while True:
+            block = os.read(fd, READ_CHUNK)
+            if not block:
+                return entry + " %d %s" % (size, digest.hexdigest())
+            size += len(block)
+            digest.update(block)
+    finally:
+        os.close(fd)
+
+
 def stat_is_dir(mode):
     return (mode & 0o170000) == 0o040000
 
@@ -808,7 +841,8 @@ class Runner(object):
             if not left or time.monotonic() >= deadline:
                 break
             time.sleep(POLL_S)
-        return {"op": "result", "processes": left, "errors": errors[:100]}
+        entries = dict((str(path), path_entry(str(path))) for path in req.get("digest") or [])
+        return {"op": "result", "processes": left, "errors": errors[:100], "entries": entries}
 
     def survivors(self, marker):
         """``"pid: command line"`` of every live process of the sandbox but this runner."""

@@ -34,9 +34,9 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, ClassVar, Protocol, cast
+from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, cast
 
 from swe_sandbox import runner
 from swe_sandbox.capabilities import (
@@ -223,11 +223,21 @@ def check_reset_reply(reply: dict[str, Any]) -> None:
     Raises:
         ProtocolError: naming the bad field.
     """
-    for field in ("processes", "errors"):
+    for field in ("processes", "errors", "entries"):
         value = reply.get(field)
-        if not isinstance(value, list) or len(value) > 100_000 or not all(isinstance(v, str) for v in value):
+        values = list(value.values()) if field == "entries" and isinstance(value, dict) else value
+        if not isinstance(values, list) or len(values) > 100_000 \
+                or not all(isinstance(v, str) or (v is None and field == "entries") for v in values):
             raise ProtocolError(f"the sandbox sent an invalid reset reply ({field}={str(value)[:80]!r}); "
                                 "the sandbox is no longer trusted")
+
+
+class KillAllReply(NamedTuple):
+    """The runner's answer to ``Environment.kill_all``."""
+
+    processes: list[str]
+    errors: list[str]
+    entries: dict[str, str | None]
 
 
 class Session(Protocol):
@@ -925,15 +935,15 @@ class Environment:
             self.close()
             raise ResetFailed(drift)
 
-    def kill_all(self, remove: list[str] | tuple[str, ...] = (), clear: list[str] | tuple[str, ...] = ()
-                 ) -> tuple[list[str], list[str]]:
-        """Kill every process of the sandbox but the runner, then remove the ``remove`` paths and
-        empty the ``clear`` directories (the runner's ``reset`` request: no link followed, no
-        program started). Starts the sandbox.
+    def kill_all(self, remove: Sequence[str] = (), clear: Sequence[str] = (), digest: Sequence[str] = ()
+                 ) -> KillAllReply:
+        """Kill every process of the sandbox but the runner, then remove the ``remove`` paths,
+        empty the ``clear`` directories and read the ``digest`` paths' own entries (the runner's
+        ``reset`` request: no link followed, no program started). Starts the sandbox.
 
         Returns:
-            tuple[list[str], list[str]]: the processes still alive (``"pid: command line"``), and
-            what could not be removed.
+            KillAllReply: ``processes`` still alive (``"pid: command line"``), ``errors`` (what
+            could not be removed), ``entries`` (``{path: entry or None}``, ``runner.path_entry``).
 
         Raises:
             ConfigError: there is no runner to ask (the exec fallback: ``RESET_IN_PLACE``).
@@ -942,8 +952,8 @@ class Environment:
         self._require(RESET_IN_PLACE, "kill_all")
         with self._lock:
             reply = last_frame(self._exchange({"op": "reset", "remove": list(remove), "clear": list(clear),
-                                               "timeout": RESET_TIMEOUT_S}))
-        return reply["processes"], reply["errors"]
+                                               "digest": list(digest), "timeout": RESET_TIMEOUT_S}))
+        return KillAllReply(reply["processes"], reply["errors"], reply["entries"])
 
     def snapshot_roots(self) -> list[SnapshotRoot]:
         """The trees of this sandbox's state a store snapshot keeps (started sandbox); backends

@@ -73,7 +73,7 @@ class SnapshotRoot:
         owner: ``(uid, gid)`` the restored entries get on the host (bwrap: the sandbox's uid).
         host_writable: the host may write ``host`` too; else the tree is restored from inside,
             by ``tar`` reading the kept copy on its stdin (a tmpfs of the sandbox's user namespace,
-            where a host uid it does not map cannot create files; ssh).
+            where a host uid it does not map cannot create files). Without ``host``: ``upload``.
     """
 
     name: str
@@ -157,7 +157,7 @@ class Snapshot:
 
     def check_compatible(self, env: Environment) -> None:
         """Raises ValueError unless ``env`` is of the snapshot's backend class and config."""
-        if type(env) is not self.env_class or env.sibling_config() != self.config:
+        if type(env) is not self.env_class or env.sibling_config() not in (self.config, self.fork_config()):
             raise ValueError(f"reset: snapshot {self.id} is of a {self.backend} sandbox with another config "
                              f"({self.env_class.__name__}); reset only sandboxes of its own backend and config")
 
@@ -241,6 +241,8 @@ class StoreSnapshot(Snapshot):
             kept = self.store / root.name
             if root.host is not None and root.host_writable:
                 hostcopy.copy(self.store, root.name, root.host, "", owner=root.owner)
+            elif root.host is None:
+                env.upload(kept, root.path)
             elif any(kept.iterdir()):
                 result = env.execute({"command": RESTORE_COMMAND.format(path=shlex.quote(root.path))},
                                      stdin=tar_of(kept), timeout=RESTORE_TIMEOUT_S)
@@ -249,14 +251,14 @@ class StoreSnapshot(Snapshot):
 
     def reset(self, env: Environment) -> list[str]:
         roots = env.snapshot_roots()
-        processes, errors = env.kill_all(clear=[root.path for root in roots])
+        processes, errors, _ = env.kill_all(clear=[root.path for root in roots])
         drift = [f"process left: {p}" for p in processes] + [f"cannot remove {e}" for e in errors]
         if drift:
             return drift
         self.restore_into(env)
         for root in roots:
             drift += treedigest.differences(self.digests.get(root.name, {}), self.digest_now(env, root), root.path)
-        processes, _ = env.kill_all()
+        processes = env.kill_all().processes
         return drift + [f"process started during the reset: {p}" for p in processes]
 
     @staticmethod

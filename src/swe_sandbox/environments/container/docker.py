@@ -21,7 +21,14 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.container.engine import (
+    CHANGE_KINDS,
+    LABEL_MANAGED,
+    LABEL_SNAPSHOT,
+    ContainerSpec,
+    Engine,
+    label_changes,
+)
 from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.container.image_ref import parse_image
 
@@ -151,6 +158,31 @@ class DockerEngine(Engine):
     def list_managed(self) -> list[dict[str, Any]]:
         found = self.client.api.containers(all=True, filters={"label": LABEL_MANAGED})
         return [{"id": c["Id"], "labels": c.get("Labels") or {}, "status": c.get("State", "")} for c in found]
+
+    def commit(self, cid: str, image: str, labels: dict[str, str]) -> str:
+        repository, _, tag = image.rpartition(":")
+        return self.client.api.commit(cid, repository=repository, tag=tag, pause=True,
+                                      changes=label_changes(labels))["Id"]
+
+    def changes(self, cid: str) -> list[tuple[str, str]]:
+        return [(c["Path"], CHANGE_KINDS[c["Kind"]]) for c in self.client.api.diff(cid) or []]
+
+    def remove_image(self, image: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.api.remove_image(image)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: a container still uses it
+                raise
+            return False
+        return True
+
+    def list_managed_images(self) -> list[dict[str, Any]]:
+        found = self.client.api.images(filters={"label": LABEL_SNAPSHOT})
+        return [{"id": i["Id"], "labels": i.get("Labels") or {}, "tags": i.get("RepoTags") or []} for i in found]
 
     def cli_argv(self) -> list[str]:
         # With the default url the CLI reads the same DOCKER_* variables as docker.from_env().

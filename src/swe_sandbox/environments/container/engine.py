@@ -11,6 +11,7 @@ swe-sandbox's errors (``ContainerEnvironment``) or report them (``gc``).
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import socket
@@ -27,6 +28,10 @@ LABEL_OWNER_START = f"{LABEL}.owner-start"
 LABEL_OWNER_HOST = f"{LABEL}.owner-host"
 LABEL_RUN_ID = f"{LABEL}.run-id"
 LABEL_CREATED = f"{LABEL}.created"
+#: On a snapshot's image: the snapshot's id (``container.snapshot``).
+LABEL_SNAPSHOT = f"{LABEL}.snapshot"
+#: The kinds of ``Engine.changes``, by the engines' number (Docker's and Podman's ``Kind``).
+CHANGE_KINDS = {0: "changed", 1: "added", 2: "deleted"}
 CLI_ENV_VARS = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")
 CLI_ENV_PREFIXES = ("DOCKER_", "CONTAINER_", "CONTAINERS_")
 
@@ -72,6 +77,9 @@ class Engine:
     #: How to make this engine map the container's root to an unprivileged host uid (the end of
     #: the error when it does not, see ``ContainerEnvironment``).
     userns_help: ClassVar[str] = ""
+    #: Whether a commit keeps the container's own file owners (False: the new layer holds the
+    #: host ids of the container's user namespace; snapshots are archives then, ``container.snapshot``).
+    commit_keeps_owners: ClassVar[bool] = True
 
     def __init__(self, url: str = "", timeout: float = 600.0, cli: str = ""):
         self.url = url or self.default_url()
@@ -128,6 +136,24 @@ class Engine:
         """``[{"id", "labels", "status"}]`` of every container carrying ``LABEL_MANAGED``."""
         raise NotImplementedError
 
+    def commit(self, cid: str, image: str, labels: dict[str, str]) -> str:
+        """Commit the container's filesystem as image ``image`` (``repository:tag``) carrying
+        ``labels``; the image's id."""
+        raise NotImplementedError
+
+    def changes(self, cid: str) -> list[tuple[str, str]]:
+        """What the container changed against its image: ``[(path, kind)]`` with kind ``changed``,
+        ``added`` or ``deleted`` (the engine's ``diff``: every path, parents included)."""
+        raise NotImplementedError
+
+    def remove_image(self, image: str) -> bool:
+        """Remove image ``image`` unless a container still uses it (then False); no error if it is gone."""
+        raise NotImplementedError
+
+    def list_managed_images(self) -> list[dict[str, Any]]:
+        """``[{"id", "labels", "tags"}]`` of every image carrying ``LABEL_SNAPSHOT``."""
+        raise NotImplementedError
+
     def sdk_errors(self) -> tuple[type[BaseException], ...]:
         """Every exception this engine's SDK raises: its own classes, and ``OSError`` (socket
         errors, and requests' errors, which derive from it). The one place an SDK's errors are
@@ -177,6 +203,11 @@ class Engine:
         except self.errors as exc:  # any SDK or socket error means "not reachable"
             return f"the {self.name} engine at {self.url} does not answer ({error_line(exc)}); start it with scripts/setup-engines.sh"
         return None
+
+
+def label_changes(labels: dict[str, str]) -> list[str]:
+    """``labels`` as the Dockerfile ``LABEL`` instructions a commit's ``changes`` takes."""
+    return [f"LABEL {key}={json.dumps(value)}" for key, value in labels.items()]
 
 
 def error_line(exc: BaseException) -> str:

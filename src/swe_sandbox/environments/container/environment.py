@@ -90,6 +90,7 @@ from swe_sandbox.environments.container.engine import gc as engine_gc
 from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
 from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
+from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot, release
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
@@ -112,6 +113,9 @@ KNOWN_CAPS = frozenset(
 #: tmpfs mounts a read-only root gets (the runner and the exec fallback need a writable /tmp).
 READ_ONLY_TMPFS = {"/tmp": "rw,nosuid,nodev,mode=1777", "/var/tmp": "rw,nosuid,nodev,mode=1777",
                    "/run": "rw,nosuid,nodev,mode=755"}
+#: Why a read-only container has no snapshots.
+READ_ONLY_SNAPSHOT = ("read_only: the workspace is a volume and /tmp a tmpfs, which an engine's commit does not keep "
+                      "(snapshots need read_only: false)")
 NOPYTHON_FRAME = {"op": "nopython"}
 #: What the launcher answers instead of starting anything when the container was to be remapped
 #: (``userns: remap``) but the host's uid or gid 0 is mapped into it (or the maps cannot be read).
@@ -305,13 +309,19 @@ class ContainerEnvironment(Environment):
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
         """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
+        gaps = {cap.SNAPSHOT: READ_ONLY_SNAPSHOT, cap.RESET_IN_PLACE: READ_ONLY_SNAPSHOT} if config.read_only else {}
         if config.runner != "exec":
-            return {cap.RUN_AS_USER: f"the runner runs as the configured user {config.user!r}, not root"} \
-                if config.user.partition(":")[0] not in ("", "0", "root") else {}
-        return {**fallback.missing_capabilities(),
+            return {**gaps, cap.RUN_AS_USER: f"the runner runs as the configured user {config.user!r}, not root"} \
+                if config.user.partition(":")[0] not in ("", "0", "root") else gaps
+        return {**fallback.missing_capabilities(), **gaps,
                 cap.TAMPERPROOF_TIMEOUT: "exec fallback: the lifetime guard is a shell run by the container's root, so "
                                          "a root command can make it exec anything (what it starts descends from no "
                                          "command, and survives the command's timeout)"}
+
+    def _snapshot(self) -> ContainerSnapshot:
+        """The container's whole root, committed (``container.snapshot``)."""
+        kind = ContainerSnapshot if self.engine.commit_keeps_owners or self.config.userns == "host" else ArchiveSnapshot
+        return kind.take(self)
 
     def __init__(self, config: ContainerConfig):
         super().__init__(config)
@@ -592,6 +602,7 @@ class ContainerEnvironment(Environment):
             self._finalizer.detach()
             self._finalizer = None
         self.engine.remove(cid)
+        release(self.engine, self.config.image)  # the last sandbox of a removed snapshot's image
 
     def describe_state(self) -> str:
         """One phrase on what became of the container (for dead-sandbox errors)."""

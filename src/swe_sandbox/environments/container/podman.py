@@ -25,11 +25,20 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from swe_sandbox import capabilities as cap
-from swe_sandbox.environments.container.engine import LABEL_MANAGED, ContainerSpec, Engine
+from swe_sandbox.environments.container.archive import shift_owners
+from swe_sandbox.environments.container.engine import (
+    CHANGE_KINDS,
+    LABEL_MANAGED,
+    LABEL_SNAPSHOT,
+    ContainerSpec,
+    Engine,
+    label_changes,
+)
 from swe_sandbox.environments.container.environment import ContainerConfig, ContainerEnvironment
 from swe_sandbox.environments.container.image_ref import parse_image
 
@@ -49,6 +58,12 @@ class PodmanEngine(Engine):
     name = "podman"
     cli_name = "podman"
     sdk_package = "podman"
+    commit_keeps_owners = False  # Podman 4.3 with userns=auto: the committed layer holds host ids
+
+    def __init__(self, url: str = "", timeout: float = 600.0, cli: str = ""):
+        super().__init__(url, timeout, cli)
+        self._mappings: dict[str, tuple[int, int, int] | None] = {}
+        self._lock = threading.Lock()
     userns_help = ("Podman needs subordinate ids for user namespaces: a range for the user \"containers\" in "
                    "/etc/subuid and /etc/subgid (e.g. containers:1000000000:1000000000; each sandbox takes "
                    f"{USERNS_SIZE} of them while it runs), as scripts/setup-engines.sh writes.")
@@ -147,9 +162,23 @@ class PodmanEngine(Engine):
         self.client.api.put(f"/containers/{cid}/archive", params={"path": path}, data=data).raise_for_status()
 
     def get_archive(self, cid: str, path: str) -> Iterable[bytes]:
+        """The archive with the container's own owners: Podman 4 sends a user namespace's host ids
+        (``put_archive`` wants the container's)."""
         response = self.client.api.get(f"/containers/{cid}/archive", params={"path": path}, stream=True)
         response.raise_for_status()
-        return response.iter_content(chunk_size=1 << 20)
+        chunks = response.iter_content(chunk_size=1 << 20)
+        mapping = self.id_mapping(cid)
+        return chunks if mapping is None else shift_owners(chunks, *mapping)
+
+    def id_mapping(self, cid: str) -> tuple[int, int, int] | None:
+        """``(host uid of root, host gid of root, size)`` of the container's user namespace, or None."""
+        with self._lock:
+            if cid not in self._mappings:
+                maps = ((self.inspect(cid) or {}).get("HostConfig") or {}).get("IDMappings") or {}
+                uid, gid = (maps.get("UidMap") or [""])[0].split(":"), (maps.get("GidMap") or [""])[0].split(":")
+                mapped = len(uid) == 3 and len(gid) == 3 and uid[0] == gid[0] == "0"
+                self._mappings[cid] = (int(uid[1]), int(gid[1]), int(uid[2])) if mapped else None
+            return self._mappings[cid]
 
     def inspect(self, cid: str) -> dict[str, Any] | None:
         response = self.client.api.get(f"/containers/{cid}/json")
@@ -173,6 +202,33 @@ class PodmanEngine(Engine):
                                        params={"all": True, "filters": json.dumps({"label": [LABEL_MANAGED]})})
         response.raise_for_status()
         return [{"id": c["Id"], "labels": c.get("Labels") or {}, "status": c.get("State", "")} for c in response.json()]
+
+    def commit(self, cid: str, image: str, labels: dict[str, str]) -> str:
+        repository, _, tag = image.rpartition(":")
+        response = self.client.api.post("/commit", params={"container": cid, "repo": repository, "tag": tag,
+                                                            "pause": True, "changes": label_changes(labels)})
+        response.raise_for_status()
+        return response.json()["Id"]
+
+    def changes(self, cid: str) -> list[tuple[str, str]]:
+        response = self.client.api.get(f"/containers/{cid}/changes")
+        response.raise_for_status()
+        return [(c["Path"], CHANGE_KINDS[c["Kind"]]) for c in response.json() or []]
+
+    def remove_image(self, image: str) -> bool:
+        # never forced: Podman's force removes the containers using the image too
+        response = self.client.api.delete(f"/images/{image}")
+        if response.status_code == 409:  # a container still uses it
+            return False
+        if response.status_code not in (200, 404):
+            response.raise_for_status()
+        return True
+
+    def list_managed_images(self) -> list[dict[str, Any]]:
+        response = self.client.api.get("/images/json", params={"filters": json.dumps({"label": [LABEL_SNAPSHOT]})})
+        response.raise_for_status()
+        return [{"id": i["Id"], "labels": i.get("Labels") or {}, "tags": i.get("RepoTags") or []}
+                for i in response.json()]
 
     def cli_argv(self) -> list[str]:
         url = self.url.replace("http+unix://", "unix://", 1)

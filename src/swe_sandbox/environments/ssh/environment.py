@@ -44,6 +44,7 @@ from swe_sandbox.environments.base import Environment, Session, mount_relative
 from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
 from swe_sandbox.environments.bwrap import BwrapConfig, BwrapEnvironment
 from swe_sandbox.environments.fallback import ExecFallbackChannel, run_sweep, trace_path
+from swe_sandbox.environments.snapshot import SnapshotRoot
 from swe_sandbox.environments.ssh import files as ssh_files
 from swe_sandbox.environments.ssh.link import SshLink, connect, ssh_errors
 from swe_sandbox.environments.ssh.remote_bwrap import RemoteBwrap
@@ -149,6 +150,7 @@ class SshEnvironment(Environment):
                             section="environment.bwrap")
             self._policy = RemoteBwrap(bcfg, workspace)
             self.isolation = "bwrap on the remote host: " + BwrapEnvironment.isolation
+        self._given = config  # as the caller gave it: a fork's config (sibling_config)
         if not config.cwd:  # commands (and --workspace uploads) go to the workspace
             config = config.model_copy(update={"cwd": self._policy.config.mount_point if self._policy else workspace})
         super().__init__(config)
@@ -294,6 +296,15 @@ class SshEnvironment(Environment):
             pass
 
     # -- files -----------------------------------------------------------------------------------
+    def snapshot_roots(self) -> list[SnapshotRoot]:
+        """The remote workspace (copied through ``download`` and ``upload``)."""
+        self.start()
+        return [SnapshotRoot("workspace", self._policy.config.mount_point if self._policy else self.workspace)]
+
+    def sibling_config(self) -> SshConfig:
+        """The config as given, with a fresh remote workspace (``workspace`` unset)."""
+        return self._given.model_copy(update={"workspace": None})
+
     def _sftp_client(self):
         link = self._ensure_link()
         if self._sftp is None:
