@@ -57,9 +57,10 @@ if TYPE_CHECKING:
     import os
 
     from swe_sandbox.environments.base import Environment
+    from swe_sandbox.environments.snapshot import Snapshot
     from swe_sandbox.streaming import StreamEvent
 
-__all__ = ["AsyncEnvironment", "get_environment"]
+__all__ = ["AsyncEnvironment", "afork", "get_environment"]
 
 T = TypeVar("T")
 #: Name (prefix) of each environment's worker thread.
@@ -265,6 +266,27 @@ class AsyncEnvironment:
         """
         await self._call(functools.partial(self.sync.download, src, dst))
 
+    async def snapshot(self) -> Snapshot:
+        """Capture the sandbox's filesystem state (``Environment.snapshot``). Its ``fork(n)`` and
+        ``environment()`` are sync (they start sandboxes): call them through ``afork``.
+
+        A cancelled wait raises ``CancelledError`` at once; the snapshot is still taken in the
+        worker (and removed when garbage-collected).
+
+        Raises:
+            ConfigError, SnapshotError: as the sync ``snapshot``.
+        """
+        return await self._call(self.sync.snapshot)
+
+    async def reset(self, snap: Snapshot) -> None:
+        """Bring the sandbox back to ``snap`` in place, proven (``Environment.reset``).
+
+        Raises:
+            ValueError, ConfigError, SnapshotError, ResetFailed: as the sync ``reset`` (the
+                sandbox is closed on ``ResetFailed``).
+        """
+        await self._call(functools.partial(self.sync.reset, snap))
+
     async def close(self) -> None:
         """End every process started in the sandbox and remove it; then the worker thread ends. Idempotent.
 
@@ -437,6 +459,31 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
     """Done callback: mark an unwanted future's exception as retrieved (no "never retrieved" log)."""
     if not future.cancelled():
         future.exception()
+
+
+async def afork(snap: Snapshot, n: int) -> list[AsyncEnvironment]:
+    """``snap.fork(n)`` from asyncio: the ``n`` started sandboxes, each wrapped (``AsyncEnvironment``).
+
+    The forks start in a thread of their own (concurrently, as the sync ``fork``); a cancelled wait
+    raises ``CancelledError`` at once and the forks made meanwhile are closed.
+
+    Raises:
+        ValueError, SnapshotError: as ``Snapshot.fork``.
+    """
+    future = _in_new_thread(functools.partial(snap.fork, n), f"{WORKER_NAME}-fork")
+    try:
+        forks = await asyncio.shield(future)
+    except asyncio.CancelledError:
+        future.add_done_callback(_close_forks)
+        raise
+    return [AsyncEnvironment(env) for env in forks]
+
+
+def _close_forks(done: asyncio.Future[list[Environment]]) -> None:
+    """A cancelled ``afork``'s forks, once made: closed (from the loop; ``close`` does not wait long)."""
+    if not done.cancelled() and done.exception() is None:
+        for env in done.result():
+            env.close()
 
 
 def _in_new_thread(func: Callable[[], T], name: str, *, daemon: bool = False) -> asyncio.Future[T]:

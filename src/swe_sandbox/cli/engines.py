@@ -17,13 +17,15 @@ from swe_sandbox.cli.pull_display import show_pulls
 from swe_sandbox.cli.signals import echo_err
 
 GC_HELP = """\
-Remove swe-sandbox containers whose owner process is gone (docker and podman).
+Remove swe-sandbox containers and snapshots whose owner process is gone.
 
-Every container swe-sandbox creates is labelled with its owner's host, pid (and the pid's start
-time) and run id. A run that was killed (kill -9, a lost machine) cannot remove its container;
-the container's lifetime guard ends it after environment.max_lifetime at the latest, and gc
-removes it now. Containers whose owner still runs are kept. Engines that are not installed or not
-running are skipped. Exit status 0, or 1 when an engine failed to list or remove.
+Every container and snapshot image swe-sandbox creates is labelled with its owner's host, pid
+(and the pid's start time) and run id. A run that was killed (kill -9, a lost machine) cannot
+remove its container; the container's lifetime guard ends it after environment.max_lifetime at
+the latest, and gc removes it now, with the snapshot images (docker, podman) and snapshot stores
+(bwrap, local, ssh: under /var/tmp) of dead owners. What an owner that still runs made is kept;
+an image a container still uses too. Engines that are not installed or not running are skipped.
+Exit status 0, or 1 when an engine failed to list or remove.
 """
 
 IMAGE_BUILD_HELP = """\
@@ -73,6 +75,10 @@ def gc_command(
     if unknown:
         raise typer.BadParameter(f"{', '.join(unknown)} (gc knows docker and podman)", param_hint="--env")
     report = [entry for name in chosen for entry in environment_class(name).gc(dry_run=dry_run, all_hosts=all_hosts)]
+    if not backends:  # the host's snapshot stores (bwrap, local, ssh) belong to no engine
+        from swe_sandbox.environments.snapshot import gc_stores
+
+        report += gc_stores(dry_run=dry_run)
     failed = any(entry["action"].startswith("error") for entry in report)
     if as_json:
         typer.echo(json.dumps(report))

@@ -555,6 +555,9 @@ class Environment:
     #: check`` without ``--env`` then shows it without counting it.
     needs_target: ClassVar[bool] = False
 
+    #: In-memory directories a reset empties but a snapshot does not keep (``/dev/shm``).
+    volatile_dirs: ClassVar[tuple[str, ...]] = ()
+
     #: The exception raised on the submission sentinel (a subclass of ``Submitted``; the
     #: mini-swe-agent classes raise one that is mini's ``Submitted`` too).
     submitted_error: ClassVar[type[Submitted]] = Submitted

@@ -309,6 +309,7 @@ class BwrapEnvironment(Environment):
     isolation = ("namespaces: own pid/net/ipc/uts/user (root inside is an unprivileged host uid), no network, "
                  "seccomp, process/memory/file limits, read-only system, writable workspace and /tmp")
     config: BwrapConfig
+    volatile_dirs = ("/dev/shm",)
 
     @classmethod
     def missing_capabilities(cls, config: BwrapConfig) -> dict[str, str]:

@@ -13,9 +13,9 @@ background server is not running in a fork) and a reset ends the processes.
 ``Snapshot`` is the part every backend shares (fork, remove, the checks); a backend's snapshot
 class fills in ``restore_into`` (a fresh sandbox gets the state), ``reset`` (a used one is brought
 back and proven) and ``_remove``. ``StoreSnapshot`` is the one for backends whose state is a few
-trees (``Environment.snapshot_roots``): a copy of each in a host store directory, copied with
-``hostcopy`` where the host reaches the tree (bwrap, local), else through ``download``/``upload``
-(ssh). Container engines commit the whole root instead (``container.snapshot``).
+trees (``Environment.snapshot_roots``): a copy of each in a host store directory, copied out with
+``hostcopy`` where the host reaches the tree (bwrap, local; the tree is live and hostile: no link is
+followed), back in with ``cp -a`` (the store is static), else through ``download``/``upload`` (ssh). Container engines commit the whole root instead (``container.snapshot``).
 
 A verified reset: (1) the runner kills every process but itself and empties the trees
 (``Environment.kill_all``); (2) the snapshot's copies go back; (3) each tree's digest
@@ -30,6 +30,8 @@ import json
 import os
 import shlex
 import shutil
+import stat
+import subprocess
 import tarfile
 import tempfile
 import threading
@@ -214,12 +216,12 @@ class StoreSnapshot(Snapshot):
         began = time.monotonic()
         roots = env.snapshot_roots()
         snap = cls(env, roots)
-        try:
-            for root in roots:
+        for root in roots:
+            try:
                 snap.digests[root.name] = snap.copy_out(env, root)
-        except (OSError, ValueError, SandboxError) as exc:
-            snap.remove()
-            raise SnapshotError(f"{env.config.backend}: cannot snapshot {root.path}: {exc}") from exc
+            except (OSError, ValueError, SandboxError) as exc:
+                snap.remove()
+                raise SnapshotError(f"{env.config.backend}: cannot snapshot {root.path}: {exc}") from exc
         snap.taken_s = time.monotonic() - began
         return snap
 
@@ -240,7 +242,7 @@ class StoreSnapshot(Snapshot):
         for root in env.snapshot_roots():
             kept = self.store / root.name
             if root.host is not None and root.host_writable:
-                hostcopy.copy(self.store, root.name, root.host, "", owner=root.owner)
+                copy_static(kept, root.host, root.owner)
             elif root.host is None:
                 env.upload(kept, root.path)
             elif any(kept.iterdir()):
@@ -251,7 +253,7 @@ class StoreSnapshot(Snapshot):
 
     def reset(self, env: Environment) -> list[str]:
         roots = env.snapshot_roots()
-        processes, errors, _ = env.kill_all(clear=[root.path for root in roots])
+        processes, errors, _ = env.kill_all(clear=[root.path for root in roots] + list(env.volatile_dirs))
         drift = [f"process left: {p}" for p in processes] + [f"cannot remove {e}" for e in errors]
         if drift:
             return drift
@@ -273,6 +275,33 @@ class StoreSnapshot(Snapshot):
 
     def _remove(self) -> None:
         self._finalizer()
+
+
+def copy_static(src: Path, dst: Path, owner: tuple[int, int] | None) -> None:
+    """Copy what is in ``src`` into the existing directory ``dst`` with ``cp -a`` (links as links,
+    modes kept; a reflink where the filesystem has them), then give it to ``owner``; ``dst`` itself
+    keeps its mode and owner.
+
+    For trees nothing writes to while they are copied (a store into a fresh or emptied sandbox
+    whose processes are all gone): ``cp`` does not guard against a directory swapped for a link
+    meanwhile, as ``hostcopy`` does for a live sandbox's tree.
+
+    Raises:
+        OSError: ``cp`` or ``chown`` failed (their message).
+    """
+    steps = [["cp", "-a", "--reflink=auto", "--", f"{src}/.", f"{dst}/"]]
+    names = [str(dst / child.name) for child in src.iterdir()] if owner is not None else []
+    if names:
+        steps.append(["chown", "-R", "-h", f"{owner[0]}:{owner[1]}", "--", *names])  # type: ignore[index]
+    kept = os.stat(dst)  # ``cp -a src/.`` gives dst the store's own mode and owner: put back after
+    try:
+        for argv in steps:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, check=False)
+            if done.returncode != 0:
+                raise OSError(f"{argv[0]} failed: {done.stderr.strip()[-500:]}")
+    finally:
+        os.chown(dst, kept.st_uid, kept.st_gid)
+        os.chmod(dst, stat.S_IMODE(kept.st_mode))
 
 
 def tar_of(directory: Path) -> bytes:
@@ -311,7 +340,7 @@ def gc_stores(*, dry_run: bool = False) -> list[dict[str, str]]:
         except (OSError, ValueError):
             owner = {}
         pid = owner.get("pid") if isinstance(owner, dict) else None
-        alive = isinstance(pid, int) and process_start_id(pid) == owner.get("start") is not None
+        alive = isinstance(pid, int) and owner.get("start") is not None and process_start_id(pid) == owner["start"]
         entry = {"backend": "snapshot", "id": store.name, "run_id": "", "owner_pid": str(pid or "")}
         if alive:
             entry["action"] = "kept (owner alive)"

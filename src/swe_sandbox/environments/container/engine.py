@@ -251,7 +251,7 @@ def owner_alive(labels: dict[str, str]) -> bool:
 
 
 def gc(engine: Engine, *, dry_run: bool = False, all_hosts: bool = False) -> list[dict[str, str]]:
-    """Remove the swe-sandbox containers of ``engine`` whose owning process is gone.
+    """Remove the swe-sandbox containers and snapshot images of ``engine`` whose owning process is gone.
 
     Only containers labelled by swe-sandbox and created on this host are considered (``all_hosts``:
     every one, e.g. on a shared remote engine after its clients died). An engine that is not
@@ -277,6 +277,13 @@ def gc(engine: Engine, *, dry_run: bool = False, all_hosts: bool = False) -> lis
         return [{"backend": engine.name, "id": "", "run_id": "", "owner_pid": "",
                  "action": f"error: cannot list containers: {error_line(exc)}"}]
     report = [_gc_one(engine, engine.name, item, dry_run, all_hosts) for item in managed]
+    try:
+        images = engine.list_managed_images()
+    except engine.errors as exc:
+        images = []
+        report.append({"backend": engine.name, "id": "", "run_id": "", "owner_pid": "",
+                       "action": f"error: cannot list snapshot images: {error_line(exc)}"})
+    report += [_gc_one(engine, engine.name, {**item, "image": True}, dry_run, all_hosts) for item in images]
     return [entry for entry in report if entry]
 
 
@@ -292,7 +299,11 @@ def _gc_one(engine: Engine, backend: str, item: dict[str, Any], dry_run: bool, a
         entry["action"] = "would remove"
     else:
         try:
-            engine.remove(item["id"])
+            if not item.get("image"):
+                engine.remove(item["id"])
+            elif not engine.remove_image(item["id"]):
+                entry["action"] = "kept (a container still uses it)"
+                return entry
             entry["action"] = "removed"
         except engine.errors as exc:
             entry["action"] = f"error: {error_line(exc)}"

@@ -305,6 +305,7 @@ class ContainerEnvironment(Environment):
                              "with capabilities dropped and no-new-privileges; own pid/net/mount/ipc/uts "
                              "namespaces, no network, pids/memory/cpu limits")
     config: ContainerConfig
+    volatile_dirs = ("/dev/shm",)
 
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:

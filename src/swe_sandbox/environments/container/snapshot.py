@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import io
 import posixpath
+import shlex
 import shutil
 import tarfile
 import threading
@@ -34,6 +35,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
+from swe_sandbox.capabilities import RESET_IN_PLACE, missing_capabilities
 from swe_sandbox.environments import treedigest
 from swe_sandbox.environments.container.archive import ChunkReader
 from swe_sandbox.environments.container.engine import LABEL_SNAPSHOT, Engine, error_line
@@ -49,8 +51,6 @@ if TYPE_CHECKING:
 SNAPSHOT_REPOSITORY = "swe-sandbox/snapshot"
 #: Most changed paths a reset compares; past it the reset is drift (a fresh fork is cheaper).
 MAX_RESET_CHANGES = 5000
-#: In-memory tmpfs a reset empties (not in the engine's list of changes).
-VOLATILE_DIRS = ("/dev/shm",)
 
 _PENDING: dict[str, Engine] = {}  # images removed while a container still used them
 _PENDING_LOCK = threading.Lock()
@@ -104,7 +104,7 @@ class ContainerSnapshot(Snapshot):
     def reset(self, env: Environment) -> list[str]:
         container: ContainerEnvironment = env  # type: ignore[assignment]
         cid, reference = container.container_id or "", self.reference()
-        first = env.kill_all(clear=VOLATILE_DIRS)
+        first = env.kill_all(clear=env.volatile_dirs)
         if first.processes or first.errors:
             return [f"process left: {p}" for p in first.processes] + [f"cannot remove {e}" for e in first.errors]
         paths = sorted({path for path, _ in self.engine.changes(cid)} | self.base_changes(container))
@@ -122,9 +122,11 @@ class ContainerSnapshot(Snapshot):
         return self.verify(container, reference, set(paths))
 
     def verify(self, env: ContainerEnvironment, reference: Environment, before: set[str]) -> list[str]:
-        """Compare every path changed (before the restore, and now) with the reference sandbox's;
-        then no process may be left."""
-        paths = sorted(before | {path for path, _ in self.engine.changes(env.container_id or "")})
+        """Compare every path changed with the reference sandbox's again; then no process may be
+        left. (The engine is not asked for its changes again: nothing ran since but the restore,
+        whose only new paths are those below a directory put back whole from the reference; a
+        second ``docker diff`` costs ~0.6 s here.)"""
+        paths = sorted(before)
         now, want = env.kill_all(digest=paths), reference.kill_all(digest=paths).entries
         drift = [f"{path}: {now.entries.get(path) or 'missing'}, the snapshot has {want.get(path) or 'nothing'}"
                  for path in paths if now.entries.get(path) != want.get(path)][:treedigest.MAX_LINES]
@@ -186,8 +188,10 @@ class ArchiveSnapshot(ContainerSnapshot):
         self.check_usable()
         assert self.store is not None
         container: ContainerEnvironment = env  # type: ignore[assignment]
-        if self.deleted:
+        if self.deleted and has_capability(env, RESET_IN_PLACE):
             env.kill_all(remove=self.deleted)
+        elif self.deleted:  # the exec fallback: nothing ran in the new sandbox yet
+            env.execute({"command": "rm -rf -- " + " ".join(shlex.quote(p) for p in self.deleted)}, timeout=600)
         with open(self.store / "changes.tar", "rb") as archive:
             self.engine.put_archive(container.container_id or "", "/", archive)
 
@@ -246,6 +250,10 @@ def plan(changed: list[str], now: dict[str, str | None], want: dict[str, str | N
             remove.append(path)
         put.append(path)
     return remove, put, own_entry
+
+
+def has_capability(env: Environment, capability: str) -> bool:
+    return capability not in missing_capabilities(type(env), env.config)
 
 
 def _kind(entry: str | None) -> str:
