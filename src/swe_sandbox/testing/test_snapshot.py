@@ -238,8 +238,19 @@ class World:
         return [self.hold(fork) for fork in self.origin.snap.fork(2)]
 
     @functools.cached_property
-    def bench(self) -> Bench:
+    def made_bench(self) -> Bench:
         return make_bench(self)
+
+    @property
+    def bench(self) -> Bench:
+        """The bench, its sandbox usable (one a failed test left closed is replaced: a failure
+        stays that test's)."""
+        bench = self.made_bench
+        try:
+            run(bench.env, "true")
+        except SandboxError:
+            replace_bench_env(self, bench, Case("true"))
+        return bench
 
     def close(self) -> None:
         for thing in reversed(self.held):
