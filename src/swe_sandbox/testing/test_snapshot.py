@@ -736,6 +736,20 @@ def test_another_sandbox_resets_to_the_snapshot(world, whose):
 
 
 @needs_reset
+def test_what_a_snapshot_holds_survives_a_reset(world):
+    """Links (relative, absolute, dangling), a FIFO and an unreadable file at the snapshot are all
+    there, unchanged, after a reset of a sandbox that changed nothing else."""
+    env = world.fresh()
+    command = f"ln -s pkg/mod.py rel-link && ln -s /etc/hostname abs-link && {LINKS_OUT} && {SPECIAL}"
+    assert run(env, command)["returncode"] == 0
+    tree = sandbox_tree(env, ".")
+    with env.snapshot() as snap:
+        assert run(env, "echo stray > stray.txt")["returncode"] == 0
+        env.reset(snap)
+        assert sandbox_tree(env, ".") == tree
+
+
+@needs_reset
 def test_a_tampered_store_is_never_restored_silently(world):
     """A store copy changed after the snapshot (disk damage, another process): the reset catches it
     or still restores the snapshot's state, never the damaged copy."""
