@@ -7,6 +7,7 @@
     config = load_run_config(overrides=["model.model_name=anthropic/claude-sonnet-4-5"])
     result = rollout(tasks[0], config, {"backend": "bwrap"})           # one task: a value
     result = await arollout(tasks[0], config, {"backend": "bwrap"})    # the same in asyncio code
+    group = rollout_group(tasks[0], 8, config, {"backend": "docker"})  # K samples from one snapshot
     print(result.exit_status, result.cost, result.resolved, result.reward)
     run_batch(tasks, "runs/exp1", run_config=config, env_config="docker", workers=8, evaluate=True)
 
@@ -23,6 +24,9 @@ module                   what
 ``sandbox``              a task's sandbox: its config, workspace and ``setup_command``
 ``rollouts``             one rollout: the agent to an exit status, then evaluation (a value)
 ``arollouts``            ``arollout``: the same awaited, model calls on the caller's loop
+                         (``arollout_group``: a group awaited)
+``groups``               ``rollout_group``: K rollouts of one task from one prepared sandbox
+``passk``                pass@k (Chen et al. 2021), avg@k and the group rewards of a report
 ``evaluation``           one evaluation: the patch checked, applied, tested and graded
 ``integrity/``           what keeps the grade the patch's: patch policy, protected paths, the
                          in-sandbox pytest plugin and its verifier
@@ -54,6 +58,10 @@ _EXPORTS = {
     "rollout": "swe_sandbox.batch.rollouts",
     "RolloutResult": "swe_sandbox.batch.rollouts",
     "arollout": "swe_sandbox.batch.arollouts",
+    "arollout_group": "swe_sandbox.batch.arollouts",
+    "rollout_group": "swe_sandbox.batch.groups",
+    "GroupResult": "swe_sandbox.batch.groups",
+    "pass_at_k": "swe_sandbox.batch.passk",
     "evaluate": "swe_sandbox.batch.evaluation",
     "EvalResult": "swe_sandbox.batch.evaluation",
     "run_batch": "swe_sandbox.batch.batch_run",

@@ -2,6 +2,7 @@
 
     result = await arollout(task, run_config, {"backend": "bwrap"})          # a RolloutResult
     results = await asyncio.gather(*(arollout(t, run_config, env) for t in tasks))
+    group = await arollout_group(task, 8, run_config, {"backend": "docker"})  # a GroupResult (groups)
 
 The sandbox work (the task's sandbox started and set up, the agent's commands, the evaluation in a
 fresh sandbox) is ``rollout`` itself, run in a thread of its own (one per ``arollout``, so N
@@ -25,10 +26,11 @@ import contextlib
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from swe_sandbox.batch.control import Cancellation
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT
+from swe_sandbox.batch.groups import GroupResult, OnSample, rollout_group
 from swe_sandbox.batch.rollouts import Progress, RolloutResult, rollout
 from swe_sandbox.errors import ModelError
 
@@ -43,6 +45,8 @@ CANCEL_WAIT_S = 10.0
 LOOP_CHECK_S = 1.0
 #: The exception text of a model call whose event loop was closed before it answered.
 LOOP_CLOSED_MESSAGE = "the event loop running the model call was closed before the call ended"
+
+T = TypeVar("T")
 
 
 async def arollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], evaluate: bool = True, *,
@@ -65,45 +69,86 @@ async def arollout(task: Task, run_config: dict[str, Any], env_config: dict[str,
         asyncio.CancelledError: the awaiting task was cancelled (the rollout was stopped, its
             sandbox closed; at most ``CANCEL_WAIT_S`` is spent waiting for its thread).
     """
+    keywords: dict[str, Any] = {"trajectory_path": trajectory_path, "budget": budget, "progress": progress,
+                "eval_timeout": eval_timeout, "grading": grading}
+
+    def call(own: Cancellation, wrap: Callable[[Any], Any]) -> RolloutResult:
+        return rollout(task, run_config, env_config, evaluate, cancel=own, model_wrapper=wrap, **keywords)
+
+    return await _in_thread(task.instance_id, cancel, model_wrapper, call)
+
+
+async def arollout_group(task: Task, k: int, run_config: dict[str, Any], env_config: dict[str, Any],
+                         evaluate: bool = True, *, samples: list[int] | None = None, reuse: bool = False,
+                         workers: int | None = None, trajectory_dir: str | Path | None = None,
+                         cancel: Cancellation | None = None, budget: CostBudget | None = None,
+                         progress: Progress | None = None, eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S,
+                         grading: str = STRICT, model_wrapper: Callable[[Any], Any] | None = None,
+                         on_sample: OnSample | None = None) -> GroupResult:
+    """``groups.rollout_group`` awaited: the same arguments, the same ``GroupResult``; every
+    sample's model calls are awaited on the caller's loop, as ``arollout``'s are.
+
+    Args:
+        cancel: as for ``arollout`` (cancelling the awaiting task stops every sample).
+        progress, on_sample: called from the group's threads, not on the loop.
+
+    Returns:
+        GroupResult: never raises for an agent, model or sandbox failure.
+
+    Raises:
+        ValueError: as ``rollout_group``.
+        asyncio.CancelledError: the awaiting task was cancelled (the samples were stopped, their
+            sandboxes closed, the snapshot removed; at most ``CANCEL_WAIT_S`` is spent waiting).
+    """
+    keywords: dict[str, Any] = {"samples": samples, "reuse": reuse, "workers": workers, "trajectory_dir": trajectory_dir,
+                "budget": budget, "progress": progress, "eval_timeout": eval_timeout, "grading": grading,
+                "on_sample": on_sample}
+
+    def call(own: Cancellation, wrap: Callable[[Any], Any]) -> GroupResult:
+        return rollout_group(task, k, run_config, env_config, evaluate, cancel=own, model_wrapper=wrap, **keywords)
+
+    return await _in_thread(task.instance_id, cancel, model_wrapper, call)
+
+
+async def _in_thread(name: str, cancel: Cancellation | None, model_wrapper: Callable[[Any], Any] | None,
+                     call: Callable[[Cancellation, Callable[[Any], Any]], T]) -> T:
+    """``call(own, wrap)`` in a thread of its own, awaited: ``own`` is its cancellation (set by
+    ``cancel`` too, and by cancelling the awaiting task), ``wrap`` routes its models' calls to this loop."""
     loop = asyncio.get_running_loop()
     own = Cancellation()
-    done: asyncio.Future[RolloutResult] = loop.create_future()
+    done: asyncio.Future[T] = loop.create_future()
     wrap = _loop_wrapper(loop, own, model_wrapper)
-    keywords = {"trajectory_path": trajectory_path, "budget": budget, "progress": progress,
-                "eval_timeout": eval_timeout, "grading": grading, "model_wrapper": wrap}
 
     def work() -> None:
         try:
-            outcome: tuple[Any, BaseException | None] = (_linked(own, cancel, task, run_config, env_config,
-                                                                 evaluate, keywords), None)
+            outcome: tuple[Any, BaseException | None] = (_linked(own, cancel, lambda: call(own, wrap)), None)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             outcome = (None, exc)
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits it any more
             loop.call_soon_threadsafe(_settle, done, *outcome)
 
-    threading.Thread(target=work, name=f"arollout-{task.instance_id}").start()
+    threading.Thread(target=work, name=f"arollout-{name}").start()
     try:
         return await asyncio.shield(done)
     except asyncio.CancelledError:
         # Closing a sandbox may take a while (a container's removal): not on the loop's thread.
-        threading.Thread(target=own.cancel, name=f"arollout-cancel-{task.instance_id}", daemon=True).start()
+        threading.Thread(target=own.cancel, name=f"arollout-cancel-{name}", daemon=True).start()
         await asyncio.wait({done}, timeout=CANCEL_WAIT_S)
         raise
 
 
-def _linked(own: Cancellation, cancel: Cancellation | None, task: Task, run_config: dict[str, Any],
-            env_config: dict[str, Any], evaluate: bool, keywords: dict[str, Any]) -> RolloutResult:
-    """``rollout`` with ``own`` as its cancellation, which ``cancel`` (if given) also sets."""
+def _linked(own: Cancellation, cancel: Cancellation | None, run: Callable[[], T]) -> T:
+    """``run()`` with ``own`` as its cancellation, which ``cancel`` (if given) also sets."""
     with contextlib.ExitStack() as stack:
         if cancel is not None:
             try:
                 stack.enter_context(cancel.calling(own.cancel))
             except KeyboardInterrupt:  # the batch is cancelled already: the rollout ends as interrupted
                 own.cancel()
-        return rollout(task, run_config, env_config, evaluate, cancel=own, **keywords)
+        return run()
 
 
-def _settle(done: asyncio.Future[RolloutResult], result: Any, exc: BaseException | None) -> None:
+def _settle(done: asyncio.Future[Any], result: Any, exc: BaseException | None) -> None:
     if done.done():
         return
     if exc is not None:

@@ -33,9 +33,9 @@ class Plan(Protocol):
         """The units to run at the start."""
         ...
 
-    def commit(self, result: RolloutResult) -> WorkUnit | None:
-        """Write ``result``; returns the instance's next unit, or None (done, out of attempts, or
-        an interrupted unit: not an attempt)."""
+    def commit(self, result: RolloutResult) -> list[WorkUnit]:
+        """Write ``result``; returns the instance's next units, if any (none: done, out of
+        attempts, an interrupted unit, or other results of the instance still to come)."""
         ...
 
 
@@ -52,7 +52,7 @@ def drive(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudg
             units under way were cancelled first.
     """
     queue = deque(plan.pending())
-    running: dict[cf.Future[RolloutResult], WorkUnit] = {}
+    running = Running()
     wait = True
     try:
         with cancel.calling(stop_pulls):  # a caller's cancel stops the image pulls under way too
@@ -61,7 +61,7 @@ def drive(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudg
         try:
             cancel.cancel()  # running units stop at once; their sandboxes are closed
             stop_pulls()  # (unregistered by now)
-            for future in cf.as_completed(running, timeout=CANCEL_GRACE_S):
+            for future in cf.as_completed(running.futures, timeout=CANCEL_GRACE_S):
                 plan.commit(future.result())
         except KeyboardInterrupt:
             wait = False
@@ -77,17 +77,44 @@ def drive(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudg
         executor.shutdown(wait=wait, cancel_futures=True)
 
 
+class Running:
+    """The units under way: each result's future, and the slots (``WorkUnit.weight``) in use."""
+
+    def __init__(self) -> None:
+        self.futures: dict[cf.Future[RolloutResult], WorkUnit] = {}
+        self._open: dict[int, int] = {}
+        self.used = 0
+
+    def fits(self, unit: WorkUnit, slots: int) -> bool:
+        """Whether ``unit`` fits beside what runs (a unit heavier than every slot runs alone)."""
+        return self.used == 0 or self.used + unit.weight <= slots
+
+    def add(self, unit: WorkUnit, futures: list[cf.Future[RolloutResult]]) -> None:
+        self.futures.update(dict.fromkeys(futures, unit))
+        self._open[id(unit)] = len(futures)
+        self.used += unit.weight
+
+    def pop(self, future: cf.Future[RolloutResult]) -> None:
+        """Forget ``future``; its unit's slots are free once its last result is in."""
+        unit = self.futures.pop(future)
+        self._open[id(unit)] -= 1
+        if not self._open[id(unit)]:
+            del self._open[id(unit)]
+            self.used -= unit.weight
+
+
 def _loop(plan: Plan, executor: Executor, cancel: Cancellation, budget: CostBudget, queue: deque[WorkUnit],
-          running: dict[cf.Future[RolloutResult], WorkUnit]) -> None:
-    while queue or running:
-        while queue and len(running) < executor.slots() and not cancel.cancelled and not budget.exhausted():
+          running: Running) -> None:
+    while queue or running.futures:
+        while (queue and running.fits(queue[0], executor.slots()) and not cancel.cancelled
+               and not budget.exhausted()):
             start = queue.popleft()
-            running[executor.submit(start)] = start
-        if not running:
+            running.add(start, executor.submit(start))
+        if not running.futures:
             return
-        finished, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+        finished, _ = cf.wait(running.futures, return_when=cf.FIRST_COMPLETED)
         for future in finished:
-            del running[future]
+            running.pop(future)
             again = plan.commit(future.result())
-            if again is not None and not cancel.cancelled:
-                queue.append(again)
+            if not cancel.cancelled:
+                queue.extend(again)

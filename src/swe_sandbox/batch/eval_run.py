@@ -72,12 +72,12 @@ class EvalRun:
     def pending(self) -> list[WorkUnit]:
         return [unit for unit in map(self.unit, self.tasks) if unit is not None]
 
-    def commit(self, result: RolloutResult) -> WorkUnit | None:
+    def commit(self, result: RolloutResult) -> list[WorkUnit]:
         """Write one finished evaluation: its eval files (with a verdict), then its ``results.jsonl``
         line; an interrupted one is not an attempt. Returns the evaluation to run again, if any."""
         evaluation = result.evaluation
         if result.outcome is Outcome.INTERRUPTED or evaluation is None:
-            return None
+            return []
         if result.outcome is Outcome.BACKEND and self.options.executor == "threads":
             # every evaluation of this run needs this host's backend: stop, and spend no attempt
             raise BackendUnavailable(evaluation.error)
@@ -95,7 +95,8 @@ class EvalRun:
             record.node, record.ray_node = result.node or record.node, result.ray_node
         self.log.append(record)
         self.state.add(record)
-        return self.unit(result.instance_id)
+        again = self.unit(result.instance_id)
+        return [again] if again is not None else []
 
 
 def run_eval(predictions: list[dict[str, Any]], tasks: list[Task], output_dir: str | Path, *,

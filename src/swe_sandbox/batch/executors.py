@@ -10,6 +10,7 @@ as one Ray task each, on the node Ray places it on.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 from pathlib import Path
 from typing import Protocol
 
@@ -17,7 +18,7 @@ from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.options import RunOptions
 from swe_sandbox.batch.ray.settings import ray_options
 from swe_sandbox.batch.rollouts import RolloutResult
-from swe_sandbox.batch.work import Progress, WorkContext, WorkUnit
+from swe_sandbox.batch.work import Progress, Results, WorkContext, WorkUnit
 
 
 class Executor(Protocol):
@@ -27,8 +28,9 @@ class Executor(Protocol):
         """Units to keep submitted now."""
         ...
 
-    def submit(self, unit: WorkUnit) -> cf.Future[RolloutResult]:
-        """Start ``unit``; the future gets its result (never an exception for the instance's failure)."""
+    def submit(self, unit: WorkUnit) -> list[cf.Future[RolloutResult]]:
+        """Start ``unit``; one future per result it gives (``unit.labels()``, in that order), each
+        resolved as that result is final (never an exception for the instance's failure)."""
         ...
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
@@ -46,8 +48,10 @@ class ThreadExecutor:
     def slots(self) -> int:
         return self.workers
 
-    def submit(self, unit: WorkUnit) -> cf.Future[RolloutResult]:
-        return self._pool.submit(unit.run, self.context)
+    def submit(self, unit: WorkUnit) -> list[cf.Future[RolloutResult]]:
+        futures = Results(unit)
+        self._pool.submit(futures.run, unit, dataclasses.replace(self.context, emit=futures.settle))
+        return futures.futures()
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         self._pool.shutdown(wait=wait, cancel_futures=cancel_futures)

@@ -73,7 +73,7 @@ class LiveProgress(Tally):
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         super().finished(record, result)
         if record is not None and not record.done:
-            line = plain(result.instance_id, "yellow") + plain(
+            line = plain(result.label, "yellow") + plain(
                 f": {record.exit_status} (infrastructure failure, attempt {record.attempt})")
             self._shielded(lambda: self.live.console.print(line, highlight=False))
 

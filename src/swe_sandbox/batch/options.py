@@ -10,7 +10,7 @@ from __future__ import annotations
 from importlib.util import find_spec
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, GRADING_POLICIES, STRICT
 from swe_sandbox.batch.ray.settings import LOCAL, NOT_INSTALLED
@@ -46,6 +46,13 @@ class RunOptions(BaseModel):
     grading: str = STRICT
     """The grading policy, ``strict`` or ``swebench`` (``swe_sandbox.batch.evaluation``; a task's
     ``grading`` field wins)."""
+    rollouts: int = Field(default=1, ge=1)
+    """(batch) Samples per instance (``--rollouts K``): K > 1 runs each instance as a group, its
+    sandbox prepared once and the samples forked from its snapshot (``swe_sandbox.batch.groups``);
+    each sample has its own trajectory, result line, patch and evaluation. 1: one rollout, as ever."""
+    reuse: bool = False
+    """(batch, ``rollouts`` > 1) Run a group's samples one after another in its prepared sandbox,
+    reset to the snapshot between them (``--reuse``), instead of forking one sandbox per sample."""
     executor: Literal["threads", "ray"] = "threads"
     """``threads`` (this machine) or ``ray``: one Ray task per unit of work (needs ``[ray]``)."""
     ray_address: str = LOCAL
@@ -59,6 +66,12 @@ class RunOptions(BaseModel):
         if value == "ray" and find_spec("ray") is None:
             raise ValueError(NOT_INSTALLED)
         return value
+
+    @model_validator(mode="after")
+    def _reuse_needs_a_group(self) -> RunOptions:
+        if self.reuse and self.rollouts == 1:
+            raise ValueError("reuse: needs rollouts > 1 (--reuse with --rollouts K)")
+        return self
 
     @field_validator("grading")
     @classmethod

@@ -76,7 +76,8 @@ class Tally(BatchProgress):
 
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         with self.lock:
-            self.running.pop(result.instance_id, None)
+            for key in [k for k in self.running if _covers(k, result)]:
+                del self.running[key]
             if record is not None:
                 self._count(record)
                 self.done_this_run += record.done
@@ -97,6 +98,15 @@ class Tally(BatchProgress):
         rate = f"  resolved {self.resolved}/{self.evaluated}" if self.evaluated else ""
         return (f"{self.done}/{self.total} done{rate}  ${self.cost:.2f}"
                 f"{f'  ETA {_duration(eta)}' if eta is not None else ''}")
+
+
+def _covers(key: str, result: RolloutResult) -> bool:
+    """Whether the running ``key`` is ``result``'s: its label, or (a group's samples run as one
+    unit on Ray: ``id/0,1``) a unit holding its sample."""
+    if key == result.label:
+        return True
+    instance_id, _, samples = key.partition("/")
+    return instance_id == result.instance_id and str(result.sample) in samples.split(",")
 
 
 def _duration(seconds: float) -> str:
@@ -120,12 +130,12 @@ class LineProgress(Tally):
     def finished(self, record: AttemptRecord | None, result: RolloutResult) -> None:
         super().finished(record, result)
         if record is None:
-            self._print(f"{result.instance_id}: interrupted (runs again on resume)")
+            self._print(f"{result.label}: interrupted (runs again on resume)")
             return
         verdict = f" eval={record.eval_status}" if record.eval_status else ""
         again = "" if record.done else " (infrastructure failure: not done)"
         where = f" on node {short_node(record.ray_node)}" if record.ray_node else ""
-        self._print(f"{record.instance_id}: {record.exit_status}{verdict} ${record.cost:.4f} "
+        self._print(f"{record.label}: {record.exit_status}{verdict} ${record.cost:.4f} "
                     f"{record.steps} steps {record.duration_s:.1f}s attempt {record.attempt}{where}{again}"
                     f"  [{self.headline()}]")
 

@@ -35,12 +35,20 @@ from swe_sandbox.files import append_bytes, atomic_write_text, jsonl_lines, to_j
 
 RESULTS_FILE = "results.jsonl"
 PREDS_FILE = "preds.json"
+#: ``--rollouts K``: every sample's prediction (``preds.json`` keeps sample 0's, SWE-bench's shape).
+SAMPLES_FILE = "preds.samples.json"
 REPORT_FILE = "report.json"
 TRAJECTORY_SUFFIX = ".traj.json"
 EVAL_DIR = "eval"
 #: Names the run itself uses at the top of an output directory: no ``instance_id`` may be one
 #: (an instance's directory is ``DIR/<instance_id>``; compared case-insensitively).
-RUN_FILES = (RESULTS_FILE, PREDS_FILE, REPORT_FILE)
+RUN_FILES = (RESULTS_FILE, PREDS_FILE, REPORT_FILE, SAMPLES_FILE)
+
+
+def sample_label(instance_id: str, sample: int | None) -> str:
+    """``instance_id``, or ``instance_id/sample`` for a group's sample (an id is a safe file name:
+    never a ``/`` in it, so the label is unambiguous)."""
+    return instance_id if sample is None else f"{instance_id}/{sample}"
 
 
 class AttemptRecord(BaseModel):
@@ -96,6 +104,31 @@ class AttemptRecord(BaseModel):
     instance again when its prediction's patch is another)."""
     grading: str | None = None
     """With evaluation: the grading policy of the verdict (``strict``, ``swebench``)."""
+    sample: int | None = None
+    """``--rollouts K`` (K > 1): the sample's number in its instance's group, 0 .. K-1; resume,
+    attempts and exactly-once hold per ``(instance_id, sample)``. None: one rollout per instance."""
+    group: str | None = None
+    """``--rollouts K``: id of the preparation (start, setup, snapshot) the sample came from."""
+    group_mode: str | None = None
+    """``--rollouts K``: ``fork``, ``reuse`` or ``fresh`` (``swe_sandbox.batch.groups``)."""
+    prepare_s: float | None = None
+    """``--rollouts K``: seconds the group's preparation took (the same on every line of one ``group``)."""
+    fork_s: float | None = None
+    """``--rollouts K``: seconds this sample waited for its sandbox after the preparation (a fork, a reset)."""
+    reset_drift: list[str] = []
+    """``--reuse``: what the reset before this sample could not revert (it ran in a new sandbox then)."""
+
+    @property
+    def label(self) -> str:
+        """The key resume counts by: ``instance_id``, or ``instance_id/sample``."""
+        return sample_label(self.instance_id, self.sample)
+
+
+def trajectory_file(directory: Path, instance_id: str, sample: int | None = None) -> Path:
+    """Where an instance's trajectory goes under ``directory`` (an output directory):
+    ``<id>/<id>.traj.json``, or for a group's sample ``<id>/<sample>/<id>.traj.json``."""
+    base = directory / instance_id
+    return (base / str(sample) if sample is not None else base) / f"{instance_id}{TRAJECTORY_SUFFIX}"
 
 
 def output_directory(path: str | os.PathLike[str]) -> Path:
@@ -179,7 +212,9 @@ class ResultsLog:
 
 
 class ResumeState:
-    """What ``results.jsonl`` says about each instance: attempts so far and whether it is done.
+    """What ``results.jsonl`` says about each instance (or, ``--rollouts K``, each sample: every
+    method's ``instance_id`` is then a record's ``label``, ``instance_id/sample``): attempts so far
+    and whether it is done.
 
     Args:
         records: the file's records, in order.
@@ -201,8 +236,9 @@ class ResumeState:
             self.add(record)
 
     def add(self, record: AttemptRecord) -> None:
-        """Take one more record into account (one of an earlier generation only for numbering)."""
-        instance_id = record.instance_id
+        """Take one more record into account (one of an earlier generation only for numbering).
+        Records are counted by their ``label``: the instance, or the instance's sample."""
+        instance_id = record.label
         self.all_attempts[instance_id] = self.all_attempts.get(instance_id, 0) + 1
         if record.generation < self.generation or (self.counts is not None and not self.counts(record)):
             return
@@ -252,6 +288,36 @@ def redo_generation(records: list[AttemptRecord], instance_ids: Iterable[str], m
 def prediction(instance_id: str, patch: str, model_name: str) -> dict[str, Any]:
     """One SWE-bench prediction (mini-swe-agent's keys)."""
     return {"model_name_or_path": model_name, "instance_id": instance_id, "model_patch": patch}
+
+
+class SamplesFile:
+    """``preds.samples.json`` (``--rollouts K``): ``{instance_id: [prediction | null] * K}``, each
+    prediction with its ``sample`` (null: not done yet); rewritten atomically on every change."""
+
+    def __init__(self, path: str | Path, k: int):
+        self.path, self.k = Path(path), k
+        self._lock = threading.Lock()
+        self.preds: dict[str, list[dict[str, Any] | None]] = {}
+        found = read_json(self.path)
+        if isinstance(found, dict):
+            self.preds = {i: list(v)[:k] + [None] * (k - len(v)) for i, v in found.items() if isinstance(v, list)}
+
+    def keep_only(self, labels: set[str]) -> None:
+        """Drop the entries of samples not in ``labels`` (written before a crash, not committed)."""
+        with self._lock:
+            for instance_id, entries in self.preds.items():
+                self.preds[instance_id] = [e if sample_label(instance_id, s) in labels else None
+                                           for s, e in enumerate(entries)]
+            self._write()
+
+    def put(self, instance_id: str, sample: int, patch: str, model_name: str) -> None:
+        with self._lock:
+            entries = self.preds.setdefault(instance_id, [None] * self.k)
+            entries[sample] = {**prediction(instance_id, patch, model_name), "sample": sample}
+            self._write()
+
+    def _write(self) -> None:
+        atomic_write_text(self.path, to_json(dict(sorted(self.preds.items())), indent=2) + "\n")
 
 
 class PredsFile:

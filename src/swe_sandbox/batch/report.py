@@ -17,7 +17,9 @@ def summarize(output_dir: str | Path) -> dict[str, Any]:
     """Counts, rates, cost and time of a batch (or eval) directory.
 
     Returns:
-        dict: ``instances`` (with a record), ``done``, ``not_done`` (infrastructure failures so
+        dict: ``instances`` (with a record), ``samples`` (``--rollouts K``: samples with a record;
+        then ``done``, ``not_done``, the counts and rates below are of samples; else None),
+        ``done``, ``not_done`` (infrastructure failures so
         far), ``attempts``, ``exit_status`` ({status: count} of each instance's final record),
         ``eval_status`` (likewise, evaluated ones), ``resolved``, ``evaluated``, ``resolved_rate``
         (of evaluated; None when none), ``cost_usd`` (every attempt), ``api_calls``, ``steps``,
@@ -36,8 +38,10 @@ def summarize(output_dir: str | Path) -> dict[str, Any]:
     done = [r for r in final.values() if r.done]
     evaluated = [r for r in done if r.eval_status is not None]
     resolved = sum(bool(r.resolved) for r in evaluated)
+    grouped = any(r.sample is not None for r in final.values())
     summary: dict[str, Any] = {
-        "instances": len(final), "done": len(done), "not_done": len(final) - len(done), "attempts": len(records),
+        "instances": len({r.instance_id for r in final.values()}), "samples": len(final) if grouped else None,
+        "done": len(done), "not_done": len(final) - len(done), "attempts": len(records),
         "exit_status": _count(r.exit_status for r in final.values()),
         "eval_status": _count(r.eval_status for r in evaluated),
         "resolved": resolved, "evaluated": len(evaluated),
@@ -51,7 +55,7 @@ def summarize(output_dir: str | Path) -> dict[str, Any]:
     report = rec.read_json(directory / rec.REPORT_FILE)
     summary["report"] = None
     if isinstance(report, dict):
-        summary["report"] = {k: v for k, v in report.items() if not k.endswith("_ids")}
+        summary["report"] = {k: v for k, v in report.items() if not k.endswith("_ids") and k != "group_rewards"}
     return summary
 
 
@@ -73,7 +77,8 @@ def _timing(records: list[rec.AttemptRecord], done: int) -> dict[str, Any]:
 def render(summary: dict[str, Any], directory: str | Path) -> str:
     """The summary as a few plain lines, control characters escaped (statuses come from a results
     file, which anything may have written)."""
-    lines = [f"{directory}: {summary['instances']} instances with results, {summary['done']} done, "
+    samples = f" ({summary['samples']} samples)" if summary.get("samples") else ""
+    lines = [f"{directory}: {summary['instances']} instances with results{samples}, {summary['done']} done, "
              f"{summary['not_done']} not done (infrastructure failures), {summary['attempts']} attempts"]
     if summary["exit_status"]:
         lines.append("exit status: " + ", ".join(f"{k} {v}" for k, v in summary["exit_status"].items()))
@@ -88,4 +93,18 @@ def render(summary: dict[str, Any], directory: str | Path) -> str:
         counts = summary["report"]
         lines.append("report.json: " + ", ".join(f"{k.removesuffix('_instances')} {v}" for k, v in counts.items()
                                                  if k.endswith("_instances")))
+    if summary["report"] and summary["report"].get("rollouts"):
+        lines.append(_group_line(summary["report"]))
     return escape_controls("\n".join(lines))
+
+
+def _group_line(report: dict[str, Any]) -> str:
+    """pass@1, pass@K, avg@K and the time split of a ``--rollouts K`` report."""
+    k, timing = report["rollouts"], report.get("timing") or {}
+
+    def shown(value: Any) -> str:
+        return "-" if value is None else f"{value:.3f}"
+
+    return (f"groups of {k}: pass@1 {shown(report.get('pass@1'))}, pass@{k} {shown(report.get(f'pass@{k}'))}, "
+            f"avg@{k} {shown(report.get(f'avg@{k}'))} over {report.get('scored_tasks', 0)} tasks; "
+            f"preparing {timing.get('prepare_s', 0):.1f} s, forking {timing.get('fork_s', 0):.1f} s")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, ExitStatus,
 from swe_sandbox.batch import evaluation
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
 from swe_sandbox.batch.images import pull_reporter
+from swe_sandbox.batch.records import sample_label
 from swe_sandbox.batch.sandbox import task_sandbox
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.container.pulling import report_pulls
@@ -28,6 +31,7 @@ from swe_sandbox.redact import redact
 if TYPE_CHECKING:  # pragma: no cover
     from swe_sandbox.batch.control import Cancellation, CostBudget
     from swe_sandbox.batch.tasks import Task
+    from swe_sandbox.environments.base import Environment
 
 #: The exit status of a sandbox lost because its engine stopped answering: infrastructure (retried).
 ENGINE_LOST = ExitStatus.ENGINE_LOST
@@ -36,8 +40,32 @@ INTERRUPTED = ExitStatus.KEYBOARD_INTERRUPT
 #: Placeholder in string values of the model config, replaced by the task's id (e.g. a replay
 #: model's ``trajectory: solutions/{instance_id}.traj.json``).
 INSTANCE_PLACEHOLDER = "{instance_id}"
+#: Placeholder in string values of the model config, replaced by a group's sample number (0 ..
+#: K-1), e.g. a replay model's ``trajectory: solutions/{instance_id}.{sample}.traj.json``.
+SAMPLE_PLACEHOLDER = "{sample}"
 
 Progress = Callable[..., None]
+
+
+class GroupInfo(BaseModel):
+    """How one sample of a group got its sandbox (``swe_sandbox.batch.groups``)."""
+
+    group: str
+    """Id of the preparation (start, setup, snapshot) the sample came from; shared by the samples
+    of one ``rollout_group`` call."""
+    mode: str
+    """``fork`` (a sandbox forked from the snapshot), ``reuse`` (the prepared sandbox, reset to the
+    snapshot between samples) or ``fresh`` (no snapshot on this backend: its own start and setup)."""
+    prepare_s: float = 0.0
+    """Seconds the group's preparation took (start, workspace, ``setup_command``, snapshot): once
+    per ``group``, shared by its samples (``fresh``: 0, each sample prepares its own sandbox
+    within its ``duration_s``)."""
+    fork_s: float = 0.0
+    """Seconds this sample waited for its sandbox after the preparation (a fork, a reset; 0 for
+    the prepared sandbox itself)."""
+    reset_drift: list[str] = []
+    """``--reuse``: what the reset before this sample could not revert (``ResetFailed.drift``);
+    the sample then ran in a new sandbox from the snapshot. Empty: the reset held (or none ran)."""
 
 
 class RolloutResult(BaseModel):
@@ -75,6 +103,17 @@ class RolloutResult(BaseModel):
     trajectory: str | None = None
     """The trajectory file's text, when the rollout ran where the output directory is not (Ray):
     the driver writes it. None: the agent saved it itself (``trajectory_path``)."""
+    sample: int | None = None
+    """The sample's number in its task's group (``groups.rollout_group``: 0 .. K-1); None: a
+    single rollout."""
+    group: GroupInfo | None = None
+    """How a group's sample got its sandbox (None: a single rollout)."""
+
+    @property
+    def label(self) -> str:
+        """``instance_id``, or ``instance_id/sample`` for a group's sample (what progress and the
+        cost limit key it by)."""
+        return sample_label(self.instance_id, self.sample)
 
     @property
     def resolved(self) -> bool | None:
@@ -114,24 +153,61 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
         RolloutResult: never raises for an agent, model or sandbox failure (see ``exit_status``).
     """
 
+    controls = Controls(cancel=cancel, budget=budget, progress=progress, eval_timeout=eval_timeout, grading=grading,
+                        model_wrapper=model_wrapper)
+    return run_in(task, run_config, env_config, lambda: task_sandbox(task, env_config), evaluate, controls,
+                  trajectory_path)
+
+
+@dataclass(frozen=True)
+class Controls:
+    """What a rollout is steered and reported by (``rollout``'s keyword arguments of the same names)."""
+
+    cancel: Cancellation | None = None
+    budget: CostBudget | None = None
+    progress: Progress | None = None
+    eval_timeout: float = DEFAULT_EVAL_TIMEOUT_S
+    grading: str = STRICT
+    model_wrapper: Callable[[Any], Any] | None = None
+
+    def report(self, label: str, **fields: Any) -> None:
+        if self.progress is not None:
+            self.progress(label, **fields)
+
+
+#: A zero-argument callable giving the context manager of a rollout's sandbox (started, set up).
+SandboxFactory = Callable[[], AbstractContextManager["Environment"]]
+
+
+def run_in(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], sandbox: SandboxFactory,
+           evaluate: bool, controls: Controls, trajectory_path: str | Path | None = None,
+           sample: int | None = None) -> RolloutResult:
+    """``rollout`` with the agent's sandbox from ``sandbox()`` (``rollout``: the task's own, fresh;
+    ``groups``: a fork of the task's snapshot). ``sample`` numbers a group's sample (its model
+    config: ``model_config_for``; its progress and cost are keyed ``instance_id/sample``).
+
+    Returns:
+        RolloutResult: never raises for an agent, model or sandbox failure.
+    """
     started, wall = time.monotonic(), time.time()
-    report = progress or (lambda *a, **k: None)
-    report(task.instance_id, phase="starting")
-    with report_pulls(pull_reporter(task.instance_id, report)):  # an image pull shows on the instance's line
-        result = _run_agent(task, run_config, env_config, trajectory_path, cancel, budget, report, model_wrapper)
+    label = sample_label(task.instance_id, sample)
+    controls.report(label, phase="starting")
+    with report_pulls(pull_reporter(label, controls.progress or (lambda *a, **k: None))):  # a pull shows on its line
+        result = _run_agent(task, run_config, env_config, sandbox, trajectory_path, controls, sample)
         result.started_at = wall
         if evaluate and result.done:
-            report(task.instance_id, phase="evaluating")
-            _evaluate(task, result, env_config, cancel, eval_timeout, grading)
+            controls.report(label, phase="evaluating")
+            evaluate_into(task, result, env_config, controls)
     result.duration_s = time.monotonic() - started
     return result
 
 
-def _evaluate(task: Task, result: RolloutResult, env_config: dict[str, Any],
-              cancel: Cancellation | None, timeout: float, grading: str = STRICT) -> None:
+def evaluate_into(task: Task, result: RolloutResult, env_config: dict[str, Any], controls: Controls) -> None:
+    """Evaluate ``result``'s submission in a fresh sandbox into ``result.evaluation`` (an
+    interruption makes ``result`` interrupted; an evaluation without a verdict sets its ``error``)."""
     try:
-        result.evaluation = evaluation.evaluate(task, result.submission, env_config, timeout=timeout,
-                                                cancel=cancel, grading_policy=grading)
+        result.evaluation = evaluation.evaluate(task, result.submission, env_config, timeout=controls.eval_timeout,
+                                                cancel=controls.cancel, grading_policy=controls.grading)
     except KeyboardInterrupt:
         result.exit_status, result.done, result.error = INTERRUPTED, False, "interrupted during evaluation"
         result.outcome = Outcome.INTERRUPTED
@@ -156,31 +232,44 @@ def evaluate_kept(task: Task, exit_status: str, patch: str, env_config: dict[str
     result = RolloutResult(instance_id=task.instance_id, exit_status=exit_status, done=True, submission=patch,
                            outcome=outcome,
                            backend=backend or str(env_config.get("backend", "")), started_at=wall, evaluate_only=True)
-    _evaluate(task, result, env_config, cancel, eval_timeout, grading)
+    evaluate_into(task, result, env_config, Controls(cancel=cancel, eval_timeout=eval_timeout, grading=grading))
     result.duration_s = time.monotonic() - started
     return result
 
 
-def model_config_for(task: Task, model: dict[str, Any]) -> dict[str, Any]:
-    """``model`` with ``{instance_id}`` in its string values replaced by the task's id."""
-    return {k: v.replace(INSTANCE_PLACEHOLDER, task.instance_id) if isinstance(v, str) else v
-            for k, v in model.items()}
+def model_config_for(task: Task, model: dict[str, Any], sample: int | None = None) -> dict[str, Any]:
+    """``model`` for ``task`` (and a group's ``sample``): ``{instance_id}`` in its string values
+    becomes the task's id; for a sample, ``{sample}`` becomes its number (0 .. K-1) and an integer
+    ``model_kwargs.seed`` becomes ``seed + sample``, so the K samples of a task
+    differ where the provider honours a seed, and a rerun of sample k asks for the same seed."""
+    out = {k: _placed(v, task.instance_id, sample) for k, v in model.items()}
+    kwargs = out.get("model_kwargs")
+    if sample is not None and isinstance(kwargs, dict) and type(kwargs.get("seed")) is int:
+        out["model_kwargs"] = {**kwargs, "seed": kwargs["seed"] + sample}
+    return out
 
 
-def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any],
-               trajectory_path: str | Path | None, cancel: Cancellation | None,
-               budget: CostBudget | None, report: Progress,
-               model_wrapper: Callable[[Any], Any] | None = None) -> RolloutResult:
+def _placed(value: Any, instance_id: str, sample: int | None) -> Any:
+    if not isinstance(value, str):
+        return value
+    value = value.replace(INSTANCE_PLACEHOLDER, instance_id)
+    return value if sample is None else value.replace(SAMPLE_PLACEHOLDER, str(sample))
+
+
+def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], sandbox: SandboxFactory,
+               trajectory_path: str | Path | None, controls: Controls, sample: int | None) -> RolloutResult:
 
     backend = str(env_config.get("backend", ""))
+    cancel, budget, label = controls.cancel, controls.budget, sample_label(task.instance_id, sample)
     agent = None
     try:
-        model = get_model(model_config_for(task, run_config["model"]))
-        if model_wrapper is not None:
-            model = model_wrapper(model)
-        with task_sandbox(task, env_config) as environment:
-            agent = make_batch_agent(model, environment, task.instance_id, cancel=cancel, budget=budget,
-                                     progress=report, **{**run_config["agent"], "output_path": trajectory_path})
+        model = get_model(model_config_for(task, run_config["model"], sample))
+        if controls.model_wrapper is not None:
+            model = controls.model_wrapper(model)
+        with sandbox() as environment:
+            agent = make_batch_agent(model, environment, label, cancel=cancel, budget=budget,
+                                     progress=controls.progress,
+                                     **{**run_config["agent"], "output_path": trajectory_path})
             if cancel is not None:
                 interrupt = getattr(model, "interrupt", None) or (lambda: None)  # ends a retry wait
                 with cancel.closing(environment), cancel.calling(interrupt):
@@ -188,21 +277,22 @@ def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any
             else:
                 agent.run(task.problem_statement)
     except KeyboardInterrupt:
-        return _result(task, agent, backend, INTERRUPTED, Outcome.INTERRUPTED, "interrupted")
+        return _result(task, agent, backend, INTERRUPTED, Outcome.INTERRUPTED, "interrupted", sample)
     except Exception as exc:  # the sandbox did not start, setup failed, a bad config: a value
         status, outcome = ending_of(exc, env_config)
         if cancel is not None and cancel.cancelled:
             status, outcome = INTERRUPTED, Outcome.INTERRUPTED
-        return _result(task, agent, backend, status, outcome, f"{type(exc).__name__}: {exc}")
+        return _result(task, agent, backend, status, outcome, f"{type(exc).__name__}: {exc}", sample)
     finally:
         if budget is not None:
-            budget.finish(task.instance_id, agent.model_cost if agent is not None else 0.0)
+            budget.finish(label, agent.model_cost if agent is not None else 0.0)
     status, outcome = agent.exit_status, agent.outcome or Outcome.AGENT
     if isinstance(agent.failure, SandboxDied):  # the sandbox died under the agent: the one rule decides
         status, outcome = ending_of(agent.failure, env_config)
     if cancel is not None and cancel.cancelled and not outcome.done:  # ended by the cancel (a retry wait too)
         status, outcome = INTERRUPTED, Outcome.INTERRUPTED
-    return _result(task, agent, backend, status, outcome, "" if status == ExitStatus.SUBMITTED else _exit_text(agent))
+    return _result(task, agent, backend, status, outcome,
+                   "" if status == ExitStatus.SUBMITTED else _exit_text(agent), sample)
 
 
 def ending_of(exc: Exception, env_config: dict[str, Any]) -> tuple[str, Outcome]:
@@ -230,17 +320,19 @@ def _exit_text(agent: Any) -> str:
     return str(last.get("content") or "")[:2000] if last.get("role") == "exit" else ""
 
 
-def _result(task: Task, agent: Any, backend: str, status: str, outcome: Outcome, error: str) -> RolloutResult:
+def _result(task: Task, agent: Any, backend: str, status: str, outcome: Outcome, error: str,
+            sample: int | None = None) -> RolloutResult:
     """The result of a finished (or failed) agent run, from what ``agent`` holds (None: never built)."""
 
     done = outcome.done
     error = redact(error, agent.known_secrets() if agent is not None else ())
     if agent is None:
         return RolloutResult(instance_id=task.instance_id, exit_status=status, done=done, outcome=outcome,
-                             error=error, backend=backend)
+                             error=error, backend=backend, sample=sample)
     model = agent.model
     return RolloutResult(
         instance_id=task.instance_id, exit_status=status, done=done, outcome=outcome, error=error, backend=backend,
+        sample=sample,
         submission=agent.redacted()["info"]["submission"] if status == ExitStatus.SUBMITTED else "",
         messages=agent.messages, cost=agent.model_cost, api_calls=int(getattr(model, "n_calls", 0) or 0),
         steps=agent.n_steps, model_name=str(getattr(getattr(model, "config", None), "model_name", "") or ""))

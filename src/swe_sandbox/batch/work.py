@@ -16,6 +16,8 @@ happened. ``lost`` is the result of its attempt when the worker running it was l
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,9 +28,10 @@ from pydantic import BaseModel, ConfigDict
 
 from swe_sandbox.batch.control import Cancellation, CostBudget
 from swe_sandbox.batch.evaluation import evaluate, infra_failed
+from swe_sandbox.batch.groups import rollout_group
 from swe_sandbox.batch.options import RunOptions
 from swe_sandbox.batch.ray.settings import NODE_LOST, short_node
-from swe_sandbox.batch.records import TRAJECTORY_SUFFIX
+from swe_sandbox.batch.records import sample_label, trajectory_file
 from swe_sandbox.batch.rollouts import INTERRUPTED, RolloutResult, evaluate_kept, rollout
 from swe_sandbox.batch.tasks import Task
 from swe_sandbox.errors import Outcome
@@ -40,9 +43,9 @@ EVALUATED = "Evaluated"
 Progress = Callable[..., None]
 
 
-def trajectory_path(directory: Path, instance_id: str) -> Path:
-    """``DIR/<instance_id>/<instance_id>.traj.json``."""
-    return directory / instance_id / f"{instance_id}{TRAJECTORY_SUFFIX}"
+def trajectory_path(directory: Path, instance_id: str, sample: int | None = None) -> Path:
+    """``DIR/<instance_id>/<instance_id>.traj.json`` (a group's sample: ``DIR/<id>/<sample>/<id>.traj.json``)."""
+    return trajectory_file(directory, instance_id, sample)
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,7 @@ class WorkContext:
             directory, or a Ray worker's scratch directory.
         ship_trajectory: return the trajectory's text in the result (``RolloutResult.trajectory``),
             for a driver on another machine to write.
+        emit: see the attribute.
     """
 
     cancel: Cancellation
@@ -64,6 +68,9 @@ class WorkContext:
     progress: Progress
     trajectory_dir: Path
     ship_trajectory: bool = False
+    emit: Callable[[RolloutResult], None] | None = None
+    """Takes each result of a unit with several (a group's samples) as soon as it is final, so the
+    driver commits it before the unit ends; None: they come back when the unit returns (Ray)."""
 
 
 class WorkUnit(BaseModel):
@@ -78,14 +85,42 @@ class WorkUnit(BaseModel):
     env_config: dict[str, Any]
     """The environment config; the task's image, cwd and workspace are applied on top."""
     options: RunOptions
+    sample: int | None = None
+    """The group's sample this unit is about (``--rollouts K``); None: the instance's one rollout."""
 
     @property
     def instance_id(self) -> str:
         return self.task.instance_id
 
+    @property
+    def key(self) -> str:
+        """What the unit's progress and cost are keyed by while it runs (unique among running units)."""
+        return sample_label(self.instance_id, self.sample)
+
+    @property
+    def weight(self) -> int:
+        """Sandboxes the unit holds at once (slots it takes)."""
+        return 1
+
+    def labels(self) -> list[str]:
+        """The ``label`` of each result the unit gives (``RolloutResult.label``)."""
+        return [self.key]
+
     def run(self, context: WorkContext) -> RolloutResult:
         """Do the work here; never raises for the instance's failure."""
         raise NotImplementedError
+
+    def run_all(self, context: WorkContext) -> list[RolloutResult]:
+        """Every result of the unit (one, but a group's: one per sample); never raises for the instance's failure."""
+        return [self.run(context)]
+
+    def lost_all(self, exit_status: str, error: str, where: dict[str, Any]) -> list[RolloutResult]:
+        """``lost`` of every result the unit owed."""
+        return [self.lost(exit_status, error, where)]
+
+    def not_started_all(self) -> list[RolloutResult]:
+        """``not_started`` of every result the unit owed."""
+        return [self.not_started()]
 
     def lost(self, exit_status: str, error: str, where: dict[str, Any]) -> RolloutResult:
         """The result of this attempt, lost with its worker or node.
@@ -100,7 +135,7 @@ class WorkUnit(BaseModel):
         message = NODE_LOST.format(kind=self.noun, node=short_node(where.get("ray_node", "")) or "?", error=error)
         return RolloutResult(
             instance_id=self.instance_id, exit_status=exit_status, done=False, outcome=Outcome.INFRASTRUCTURE,
-            error=message,
+            error=message, sample=self.sample,
             backend=self.backend, node=where.get("node", ""), ray_node=where.get("ray_node", ""),
             started_at=started, duration_s=round(time.time() - started, 3) if started else 0.0,
             steps=int(where.get("step") or 0), cost=float(where.get("cost") or 0.0))
@@ -109,7 +144,7 @@ class WorkUnit(BaseModel):
         """The result of a unit the run stopped before it started: not an attempt (it runs on resume)."""
         return RolloutResult(instance_id=self.instance_id, exit_status=INTERRUPTED, done=False,
                              outcome=Outcome.INTERRUPTED, error="not started: the batch was stopping",
-                             backend=self.backend)
+                             backend=self.backend, sample=self.sample)
 
     @property
     def backend(self) -> str:
@@ -134,6 +169,55 @@ class RolloutWork(WorkUnit):
         return result
 
 
+class GroupWork(WorkUnit):
+    """Samples of one instance's group (``--rollouts K``), from one preparation
+    (``groups.rollout_group``): each sample's result is emitted as soon as it is final."""
+
+    run_config: dict[str, Any]
+    samples: tuple[int, ...]
+    """The samples to run (a resumed group: the missing ones); all from one preparation."""
+    concurrency: int = 1
+    """Samples at once (forks); ``options.reuse``: one after another in one sandbox."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.instance_id}/{','.join(map(str, self.samples))}"
+
+    @property
+    def weight(self) -> int:
+        return 1 if self.options.reuse else max(1, min(self.concurrency, len(self.samples)))
+
+    def labels(self) -> list[str]:
+        return [sample_label(self.instance_id, s) for s in self.samples]
+
+    def run_all(self, context: WorkContext) -> list[RolloutResult]:
+        options = self.options
+
+        def finished(result: RolloutResult) -> None:
+            result.messages = []  # not kept in memory: the trajectory file has them
+            if context.ship_trajectory:
+                path = trajectory_path(context.trajectory_dir, self.instance_id, result.sample)
+                result.trajectory = path.read_text(encoding="utf-8") if path.is_file() else None
+            if context.emit is not None:
+                context.emit(result)
+
+        group = rollout_group(self.task, options.rollouts, self.run_config, self.env_config, options.evaluate,
+                              samples=list(self.samples), reuse=options.reuse, workers=self.weight,
+                              trajectory_dir=context.trajectory_dir, cancel=context.cancel, budget=context.budget,
+                              progress=context.progress, eval_timeout=options.eval_timeout, grading=options.grading,
+                              on_sample=finished)
+        return group.results
+
+    def lost_all(self, exit_status: str, error: str, where: dict[str, Any]) -> list[RolloutResult]:
+        return [self._one(s).lost(exit_status, error, where) for s in self.samples]
+
+    def not_started_all(self) -> list[RolloutResult]:
+        return [self._one(s).not_started() for s in self.samples]
+
+    def _one(self, sample: int) -> WorkUnit:
+        return WorkUnit(task=self.task, env_config=self.env_config, options=self.options, sample=sample)
+
+
 class ReevaluationWork(WorkUnit):
     """The patch of an earlier, finished attempt evaluated again (``rollouts.evaluate_kept``)."""
 
@@ -147,10 +231,12 @@ class ReevaluationWork(WorkUnit):
     """The earlier attempt's outcome (it stands; None: its record has none)."""
 
     def run(self, context: WorkContext) -> RolloutResult:
-        context.progress(self.instance_id, phase="evaluating")
-        return evaluate_kept(self.task, self.exit_status, self.patch, self.env_config, cancel=context.cancel,
-                             eval_timeout=self.options.eval_timeout, backend=self.previous_backend,
-                             grading=self.options.grading, outcome=self.outcome)
+        context.progress(self.key, phase="evaluating")
+        result = evaluate_kept(self.task, self.exit_status, self.patch, self.env_config, cancel=context.cancel,
+                               eval_timeout=self.options.eval_timeout, backend=self.previous_backend,
+                               grading=self.options.grading, outcome=self.outcome)
+        result.sample = self.sample
+        return result
 
     def lost(self, exit_status: str, error: str, where: dict[str, Any]) -> RolloutResult:
         """The earlier attempt's outcome stands (done); its evaluation has no verdict (runs again)."""
@@ -192,3 +278,37 @@ class EvaluationWork(WorkUnit):
                              outcome=evaluation.outcome, evaluate_only=True, submission=self.patch or "", evaluation=evaluation,
                              error=evaluation.error, backend=self.backend, started_at=started,
                              duration_s=evaluation.duration_s)
+
+
+class Results:
+    """The futures of one unit's results, by label: each settled once (emitted early, or returned)."""
+
+    def __init__(self, unit: WorkUnit) -> None:
+        self._lock = threading.Lock()
+        self._by_label: dict[str, cf.Future[RolloutResult]] = {label: cf.Future() for label in unit.labels()}
+
+    def futures(self) -> list[cf.Future[RolloutResult]]:
+        return list(self._by_label.values())
+
+    def settle(self, result: RolloutResult) -> None:
+        """Resolve ``result``'s future (a second result of the same label is ignored)."""
+        with self._lock:
+            future = self._by_label.get(result.label)
+            if future is not None and not future.done():
+                future.set_result(result)
+
+    def fail(self, exc: BaseException) -> None:
+        """Fail every future still open (a unit that raised: a bug, not an instance's failure)."""
+        with self._lock:
+            for future in self._by_label.values():
+                if not future.done():
+                    future.set_exception(exc)
+
+    def run(self, unit: WorkUnit, context: WorkContext) -> None:
+        try:
+            for result in unit.run_all(context):
+                self.settle(result)
+        except BaseException as exc:  # noqa: BLE001 - handed to whoever awaits the futures
+            self.fail(exc)
+            return
+        self.fail(RuntimeError(f"unit {unit.key} gave no result for some of {unit.labels()}"))

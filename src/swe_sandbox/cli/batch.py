@@ -30,7 +30,8 @@ Run the agent on every task of TASKS (.jsonl or .json, SWE-bench fields), one sa
   swe-sandbox report runs/exp1
 
 DIR gets preds.json (SWE-bench predictions), <id>/<id>.traj.json (trajectories, saved after every
-step), results.jsonl (one line per attempt) and, with --eval, <id>/eval/ and report.json. Running
+step), results.jsonl (one line per attempt) and, with --eval, <id>/eval/ and report.json; with
+--rollouts K, K samples per instance under <id>/<k>/, forked from one prepared sandbox. Running
 the same command again resumes: done instances are skipped; infrastructure failures (a sandbox
 that did not start or died, a provider unreachable after retries) run again, --max-attempts in
 all. Ctrl-C stops the running instances (saved, sandboxes removed; they run again on resume); a
@@ -64,6 +65,12 @@ IMAGE_TEMPLATE_HELP = ("Image of each task without one: a Python format string o
                        "'docker.io/swebench/sweb.eval.x86_64.{instance_id_docker}:latest'.")
 
 
+ROLLOUTS_HELP = ("Samples per instance (RL groups): K > 1 prepares each instance's sandbox once, snapshots it and "
+                 "forks the K samples from it; DIR gets <id>/<k>/ per sample, preds.samples.json, and pass@k, avg@k "
+                 "and the group rewards in report.json. Seeds: model.model_kwargs.seed + k; {sample} in model "
+                 "strings is k.")
+REUSE_HELP = ("With --rollouts K: run a group's samples one after another in its prepared sandbox, reset (and "
+              "verified) to the snapshot between them, instead of a fork each.")
 RAY_HELP = ("Run on Ray, one task per instance on the nodes that offer the swe_sandbox resource: auto, a "
             "cluster's address, or nothing (last, or before another option): a local Ray with -w slots.")
 RayOpt = Annotated[str | None, Opt("--ray", metavar="[ADDRESS]", help=RAY_HELP, show_default=False)]
@@ -154,6 +161,8 @@ def batch_command(
     image_template: ImageTemplateOpt = None,
     allow_workspace_outside: WorkspaceOutsideOpt = False,
     ray: RayOpt = None,
+    rollouts: Annotated[int, Opt("--rollouts", min=1, metavar="K", help=ROLLOUTS_HELP)] = 1,
+    reuse: Annotated[bool, Opt("--reuse", help=REUSE_HELP)] = False,
 ) -> None:
     def body() -> int:
         from swe_sandbox.agent.config import load_run_config
@@ -175,7 +184,7 @@ def batch_command(
         check_task_images(tasks, env_data)
         options = run_options(workers=workers, evaluate=evaluate, max_attempts=max_attempts,
                               redo_existing=redo_existing, cost_limit=cost_limit, eval_timeout=eval_timeout,
-                              grading=grading, ray=ray)
+                              grading=grading, ray=ray, rollouts=rollouts, reuse=reuse)
         return _run(tasks, output, config, env_data, options)
 
     raise typer.Exit(guarded(body, on_interrupt=SAVED_ON_INTERRUPT))
@@ -205,18 +214,21 @@ def _run(tasks: list[Task], output: Path, config: dict[str, Any], env_data: dict
          options: RunOptions) -> int:
     from swe_sandbox.batch.batch_run import run_batch
     from swe_sandbox.batch.live import make_progress
+    from swe_sandbox.batch.records import sample_label
 
     run_batch(tasks, output, run_config=config, env_config=env_data, options=options, progress=make_progress())
     _print_summary(output)
-    return _exit_for(output, [t.instance_id for t in tasks])
+    samples = [None] if options.rollouts == 1 else range(options.rollouts)
+    return _exit_for(output, [sample_label(t.instance_id, s) for t in tasks for s in samples])
 
 
-def _exit_for(output: Path, instance_ids: list[str]) -> int:
-    """0 when every one of ``instance_ids`` is done according to ``results.jsonl``, else 1."""
+def _exit_for(output: Path, labels: list[str]) -> int:
+    """0 when every one of ``labels`` (instance ids, or ``id/sample``) is done according to
+    ``results.jsonl``, else 1."""
     from swe_sandbox.batch.records import RESULTS_FILE, ResultsLog, ResumeState
 
     state = ResumeState(ResultsLog(output / RESULTS_FILE).read())
-    return EXIT_OK if all(state.is_done(i) for i in instance_ids) else EXIT_FAILED
+    return EXIT_OK if all(state.is_done(i) for i in labels) else EXIT_FAILED
 
 
 def _print_summary(directory: Path) -> None:

@@ -66,7 +66,11 @@ class LitellmModelConfig(BaseModel):
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Passed to ``litellm.completion`` (``api_base``, ``api_key``, ``temperature``, ``timeout``,
     ``input_cost_per_token``/``output_cost_per_token`` for a price litellm does not know...).
-    Retries are ``retry``'s job: ``num_retries``/``max_retries`` are refused here."""
+    Retries are ``retry``'s job: ``num_retries``/``max_retries`` are refused here. In a group of
+    K rollouts (``swe-sandbox batch --rollouts K``, ``swe_sandbox.batch.rollout_group``) every
+    sample gets the same ``temperature`` and, when ``seed`` is an integer, sample k (0 .. K-1)
+    gets ``seed + k`` (``swe_sandbox.batch.rollouts.model_config_for``): samples differ where the
+    provider honours seeds, and a resumed sample asks for the seed it had."""
     cost_tracking: Literal["default", "ignore_errors"] = "default"
     """``default``: a reply whose cost litellm cannot compute raises ``ModelError``;
     ``ignore_errors``: such a reply costs 0 (local or free models)."""

@@ -41,7 +41,7 @@ from swe_sandbox.batch.ray.settings import (
 )
 from swe_sandbox.batch.ray.worker import BatchControl, execute
 from swe_sandbox.batch.rollouts import RolloutResult
-from swe_sandbox.batch.work import Progress, WorkUnit
+from swe_sandbox.batch.work import Progress, Results, WorkUnit
 from swe_sandbox.errors import BackendUnavailable, ConfigError
 
 
@@ -128,9 +128,9 @@ class RayExecutor:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         # an ActorHandle[BatchControl]; Any: ray's stubs type its methods as the plain methods (no .remote)
         self.control: Any = ray.remote(BatchControl).options(num_cpus=0, scheduling_strategy=here).remote()
-        self.task = ray.remote(execute).options(num_cpus=0, resources={RESOURCE: 1}, max_retries=0)
+        self._tasks: dict[int, Any] = {}  # the remote function, by the slots a unit takes
         self._lock = threading.Lock()
-        self._running: dict[ray.ObjectRef, tuple[WorkUnit, cf.Future[RolloutResult]]] = {}
+        self._running: dict[ray.ObjectRef, tuple[WorkUnit, Results]] = {}
         self._last: dict[str, dict[str, Any]] = {}
         self._active: set[str] = set()
         self._stopped = ""
@@ -147,21 +147,27 @@ class RayExecutor:
             self._slots_at = time.monotonic()
         return self._slots * (1 + self.options.queued_per_slot)
 
-    def submit(self, unit: WorkUnit) -> cf.Future[RolloutResult]:
-        """Start ``unit`` as one Ray task; the future gets its result (or, lost, ``unit.lost(...)``)."""
-        future: cf.Future[RolloutResult] = cf.Future()
-        ref = self.task.remote(unit, self.control, self.run_id, self.options.heartbeat_s)
+    def submit(self, unit: WorkUnit) -> list[cf.Future[RolloutResult]]:
+        """Start ``unit`` as one Ray task asking for ``unit.weight`` slots; one future per result
+        (resolved when the task returns; lost: ``unit.lost_all(...)``)."""
+        results = Results(unit)
+        ref = self._task(unit.weight).remote(unit, self.control, self.run_id, self.options.heartbeat_s)
         with self._lock:
-            self._running[ref] = (unit, future)
-            self._active.add(unit.instance_id)
-        return future
+            self._running[ref] = (unit, results)
+            self._active.add(unit.key)
+        return results.futures()
+
+    def _task(self, slots: int) -> Any:
+        if slots not in self._tasks:
+            self._tasks[slots] = ray.remote(execute).options(num_cpus=0, resources={RESOURCE: slots}, max_retries=0)
+        return self._tasks[slots]
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
         """Stop the pump (after the running tasks when ``wait``), then disconnect from Ray
         (a local Ray started for the run is stopped; its tasks' workers end with it)."""
         if wait:
             with self._lock:
-                futures = [f for _, f in self._running.values()]
+                futures = [f for _, results in self._running.values() for f in results.futures()]
             cf.wait(futures)
         self._closed.set()
         self._pump.join(timeout=10)
@@ -193,16 +199,17 @@ class RayExecutor:
 
     def _resolve(self, ref: ray.ObjectRef) -> None:
         with self._lock:
-            unit, future = self._running.pop(ref)
-            self._active.discard(unit.instance_id)
-        instance_id = unit.instance_id
+            unit, results = self._running.pop(ref)
+            self._active.discard(unit.key)
         try:
-            result = ray.get(ref)
+            found: list[RolloutResult] = ray.get(ref)
         except ray.exceptions.RayError as exc:
-            result = unit.lost(type(exc).__name__, _first_line(exc), self._last.get(instance_id, {}))
-        self._last.pop(instance_id, None)
-        self.budget.finish(instance_id, result.cost)
-        future.set_result(result)
+            found = unit.lost_all(type(exc).__name__, _first_line(exc), self._last.get(unit.key, {}))
+        self._last.pop(unit.key, None)
+        self.budget.finish(unit.key, sum(result.cost for result in found))
+        for result in found:
+            results.settle(result)
+        results.fail(RuntimeError(f"the Ray task of {unit.key} gave no result for some of {unit.labels()}"))
 
     def _sync(self) -> None:
         """Take the running tasks' news into progress and the budget; tell them to stop if needed."""

@@ -141,8 +141,9 @@ def labelled(env_config: dict[str, Any], batch_run: str, ray_node: str) -> dict[
     return {**env_config, "labels": labels}
 
 
-def execute(unit: WorkUnit, control: Any, batch_run: str, heartbeat_s: float) -> RolloutResult:
-    """Run ``unit`` here (the body of every Ray task of a run); returns its result as a value.
+def execute(unit: WorkUnit, control: Any, batch_run: str, heartbeat_s: float) -> list[RolloutResult]:
+    """Run ``unit`` here (the body of every Ray task of a run); returns its results as a value
+    (one, or a group's samples: ``unit.run_all``).
 
     Args:
         unit: the work.
@@ -153,14 +154,14 @@ def execute(unit: WorkUnit, control: Any, batch_run: str, heartbeat_s: float) ->
     where = node_fields()
     unit = unit.model_copy(update={"env_config": labelled(unit.env_config, batch_run, where["ray_node"])})
     reported = {**where, "started_at": time.time()}  # a lost task's record still says when it started
-    with Heartbeat(control, unit.instance_id, reported, heartbeat_s, unit.options.cost_limit) as beat:
+    with Heartbeat(control, unit.key, reported, heartbeat_s, unit.options.cost_limit) as beat:
         if beat.answer != GO:  # queued before the stop: it does not start
-            return unit.not_started().model_copy(update=where)
+            return [result.model_copy(update=where) for result in unit.not_started_all()]
         sweep_scratch()
         with tempfile.TemporaryDirectory(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-") as scratch:
             context = WorkContext(beat.cancel, beat.budget, beat.progress, Path(scratch), ship_trajectory=True)
-            result = unit.run(context)
-    return result.model_copy(update=where)
+            results = unit.run_all(context)
+    return [result.model_copy(update=where) for result in results]
 
 
 def sweep_scratch(root: str | None = None) -> None:
