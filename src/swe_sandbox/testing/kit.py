@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -34,6 +35,9 @@ REQUIRES_MARKER = "swe_sandbox_requires"
 #: Owner given to test workspaces when the tests run as root: bwrap then runs as this unprivileged
 #: uid (``host_uid``: the workspace's owner) and refuses a workspace that uid cannot write.
 TEST_WORKSPACE_UID = 65534
+#: The runner's process name (``comm``): what the sandbox's PID 1 is called where it has a pid
+#: namespace of its own with the runner as its init.
+RUNNER_COMM = "swe-sandbox-run"
 
 
 def requires(*capabilities: str) -> pytest.MarkDecorator:
@@ -113,6 +117,18 @@ class Variant:
         if "CI" in os.environ:
             pytest.fail(f"backend {self.name!r} is unavailable in CI: {reason}", pytrace=False)
         pytest.skip(f"backend {self.name!r} is unavailable: {reason}")
+
+
+def xfail_where_lacking(request: pytest.FixtureRequest, variant: Variant, missing: Mapping[str, str],
+                        needed: tuple[str, ...]) -> None:
+    """Make the current test ``xfail(strict=True)`` when ``missing`` holds one of ``needed``, with
+    the backend's reason: what ``requires`` does, for the config a test's own environments have
+    (``missing_capabilities`` may depend on it: local snapshots need a ``cwd``)."""
+    lacked = [cap for cap in needed if cap in missing]
+    if lacked:
+        # the capability is named: an XPASS(strict) then says which declaration is stale
+        reason = f"{variant.name}: {missing[lacked[0]]} (declared missing: {lacked[0]})"
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
 
 
 def has(env: Any, capability: str) -> bool:
@@ -204,6 +220,92 @@ def sandbox_processes_with(env: Any, marker: str, *, kill: bool = False) -> list
     return [line for line in result["output"].splitlines() if line.startswith("ALIVE")]
 
 
+_OTHERS_SCRIPT = r"""
+import os, sys
+def stat_of(pid):
+    with open("/proc/%s/stat" % pid, "rb") as f:
+        stat = f.read()
+    rest = stat[stat.rfind(b")") + 2:].split()
+    return rest[0], int(rest[1])
+with open("/proc/1/comm") as f:
+    if f.read().strip() != sys.argv[1]:
+        print("NOT_INIT")
+mine, pid = set(), os.getpid()
+while pid > 1:
+    mine.add(pid)
+    pid = stat_of(pid)[1]
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) in mine or name == "1":
+        continue
+    try:
+        state, _ = stat_of(name)
+        with open("/proc/%s/cmdline" % name, "rb") as f:
+            cmdline = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+    except OSError:
+        continue
+    if state not in (b"Z", b"X"):
+        print("OTHER", name, cmdline)
+print("SCAN_DONE")
+"""
+
+
+def processes_besides_runner(env: Any) -> list[str] | None:
+    """Live processes in the sandbox other than its runner and this probe (with its shell), where
+    the runner is the init (PID 1) of a pid namespace of the sandbox's own; None elsewhere (a
+    sandbox sharing the host's processes, where only ``sandbox_processes_with`` can tell)."""
+    script = _OTHERS_SCRIPT.replace("'", "'\"'\"'")
+    result = run(env, f"python3 -c '{script}' {RUNNER_COMM}", timeout=20)
+    assert "SCAN_DONE" in result["output"], result
+    if "NOT_INIT" in result["output"]:
+        return None
+    return [line for line in result["output"].splitlines() if line.startswith("OTHER")]
+
+
+_TREE_SCRIPT = r"""
+import hashlib, os, stat, sys
+sys.stdout.reconfigure(errors="backslashreplace")
+def line(path):
+    st = os.lstat(path)
+    what = ""
+    try:
+        if stat.S_ISREG(st.st_mode):
+            digest = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 16), b""):
+                    digest.update(block)
+            what = digest.hexdigest()
+        elif stat.S_ISLNK(st.st_mode):
+            what = "-> " + os.readlink(path)
+    except OSError as exc:
+        what = "unreadable %d" % exc.errno
+    return "%s %o %d:%d %s" % (path, st.st_mode, st.st_uid, st.st_gid, what)
+for top in sys.argv[1:]:
+    if not os.path.lexists(top):
+        print("ABSENT " + top)
+        continue
+    if top != ".":
+        print(line(top))
+    if stat.S_ISDIR(os.lstat(top).st_mode):
+        for root, dirs, files in os.walk(top):
+            dirs.sort()
+            for name in sorted(dirs + files):
+                print(line(os.path.join(root, name)))
+print("TREE_DONE")
+"""
+
+
+def sandbox_tree(env: Any, *paths: str) -> list[str]:
+    """What the sandbox holds at ``paths`` (relative to the working directory, or absolute), one
+    line per entry at and below each (``.``: what is inside the working directory, not itself):
+    path, mode (type included), uid:gid, a regular file's SHA-256 or a link's target (never
+    followed); ``ABSENT path`` for a missing one. Times are left out; a FIFO is never opened."""
+    script = _TREE_SCRIPT.replace("'", "'\"'\"'")
+    result = run(env, f"python3 -c '{script}' " + " ".join(shlex.quote(path) for path in paths), timeout=60)
+    lines = result["output"].splitlines()
+    assert lines[-1:] == ["TREE_DONE"], result
+    return lines[:-1]
+
+
 def host_processes_with(marker: str) -> list[str]:
     """Live processes on the host (any pid namespace below ours) whose command line holds ``marker``."""
     found = []
@@ -287,7 +389,7 @@ def host_server_pid(marker: str, within: float = 20.0) -> int:
             comm = f.read().strip()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
-        if comm == "swe-sandbox-run" or SCRIPT_NAME.encode() in argv:
+        if comm == RUNNER_COMM or SCRIPT_NAME.encode() in argv:
             return pid
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
