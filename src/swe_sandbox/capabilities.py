@@ -38,6 +38,7 @@ SEPARATE_STDERR = "separate_stderr"
 RUN_AS_USER = "run_as_user"
 SNAPSHOT = "snapshot"
 RESET_IN_PLACE = "reset_in_place"
+SNAPSHOT_METADATA = "snapshot_metadata"
 HOST_ISOLATION = "host_isolation"
 HOST_VISIBLE_PROCESSES = "host_visible_processes"
 
@@ -61,6 +62,8 @@ CAPABILITIES: dict[str, str] = {
               "from it (``snap.fork(n)``), each isolated from the others",
     RESET_IN_PLACE: "``env.reset(snap)`` kills every process but the runner, restores the snapshot's files in "
                     "place and proves it (else ``ResetFailed``)",
+    SNAPSHOT_METADATA: "a snapshot keeps FIFOs, owners and its trees' own modes, and a reset puts back or catches "
+                       "a change to them",
     HOST_ISOLATION: "commands run in a sandbox, not directly on a host (attacks on the host are tried "
                     "for real, not replaced by harmless probes)",
     HOST_VISIBLE_PROCESSES: "the sandbox's processes show in this host's /proc (same kernel)",

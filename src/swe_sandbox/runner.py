@@ -26,8 +26,9 @@ process is started, so a binary or module the commands replaced never runs), and
 ``{"op": "result", "processes": [str, ...], "errors": [str, ...], "entries": {path: str | null}}``:
 the processes still alive ("pid: command line"), what could not be removed, and each ``digest``
 path's own entry (``path_entry``: type, mode, owner, and a file's size and sha256; null: absent),
-read by this runner once nothing else runs. The host restores the files and proves the rest
-(``environments.snapshot``).
+read by this runner once nothing else runs. With ``"kill": false`` only the entries are read
+(nothing killed or removed: a snapshot of a sandbox still in use). The host restores the files
+and proves the rest (``environments.snapshot``).
 
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
 random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
@@ -434,20 +435,42 @@ def remove_path(path, errors):
     except OSError as exc:
         errors.append("%s: %s" % (path, exc.strerror))
         return
+    for attempt in (1, 2):
+        try:
+            if stat_is_dir(st.st_mode):
+                clear_dir(path, errors)
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+            return
+        except PermissionError as exc:
+            if attempt == 2 or not own_writable(os.path.dirname(path) or "."):
+                errors.append("%s: %s" % (path, exc.strerror))
+                return
+        except OSError as exc:
+            errors.append("%s: %s" % (path, exc.strerror))
+            return
+
+
+def own_writable(path):
+    """Make the directory ``path`` writable and searchable if this user owns it; whether it did."""
     try:
-        if stat_is_dir(st.st_mode):
-            clear_dir(path, errors)
-            os.rmdir(path)
-        else:
-            os.unlink(path)
-    except OSError as exc:
-        errors.append("%s: %s" % (path, exc.strerror))
+        st = os.lstat(path)
+        if not stat_is_dir(st.st_mode) or st.st_uid != os.geteuid():
+            return False
+        os.chmod(path, (st.st_mode & 0o7777) | 0o700)
+        return True
+    except OSError:
+        return False
 
 
 def clear_dir(path, errors):
     """Remove everything below the real directory ``path`` (kept itself); see ``remove_path``."""
     try:
-        names = os.listdir(path) if stat_is_dir(os.lstat(path).st_mode) else []
+        st = os.lstat(path)
+        if stat_is_dir(st.st_mode) and (st.st_mode & 0o700) != 0o700:
+            own_writable(path)  # a chmod 555 directory (Go's module cache) is no obstacle
+        names = os.listdir(path) if stat_is_dir(st.st_mode) else []
     except FileNotFoundError:
         return
     except OSError as exc:
@@ -469,6 +492,7 @@ def path_entry(path):
     entry = "%s %04o %d:%d" % (kind, st.st_mode & 0o7777, st.st_uid, st.st_gid)
     if kind == "link":
         return entry + " -> " + os.readlink(path)
+    entry += xattrs_of(path)  # ACLs too (system.posix_acl_*)
     if kind != "file":
         return entry
     digest, size = hashlib.sha256(), 0
@@ -485,6 +509,44 @@ def path_entry(path):
             digest.update(block)
     finally:
         os.close(fd)
+
+
+def remove_sysv_ipc():
+    """Remove every System V shared memory segment, message queue and semaphore set this process
+    sees (a sandbox's own IPC namespace only: never call it on a shared host)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except Exception:
+        return
+    for kind, remove in (("shm", libc.shmctl), ("msg", libc.msgctl), ("sem", libc.semctl)):
+        try:
+            with open("/proc/sysvipc/%s" % kind) as f:
+                ids = [int(line.split()[1]) for line in f.read().splitlines()[1:] if line.split()]
+        except (OSError, ValueError, IndexError):
+            continue
+        for ipc_id in ids:
+            if kind == "sem":
+                remove(ipc_id, 0, 0, None)  # IPC_RMID is 0
+            else:
+                remove(ipc_id, 0, None)
+
+
+def xattrs_of(path, fd=None):
+    """``" xattrs=SHA"`` over a path's extended attributes (names and values), "" when it has none."""
+    target = fd if fd is not None else path
+    try:
+        names = sorted(os.listxattr(target, follow_symlinks=False) if fd is None else os.listxattr(fd))
+        if not names:
+            return ""
+        digest = hashlib.sha256()
+        for name in names:
+            value = os.getxattr(target, name, follow_symlinks=False) if fd is None else os.getxattr(fd, name)
+            digest.update(name.encode("utf-8", "surrogateescape") + b"\0" + value + b"\0")
+        return " xattrs=" + digest.hexdigest()[:16]
+    except (OSError, AttributeError):
+        return ""
 
 
 def stat_is_dir(mode):
@@ -826,9 +888,13 @@ class Runner(object):
         """``{"op": "reset"}``: kill every process but this runner, remove and clear paths, and say
         what is still alive."""
         marker = ("\0%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
+        if req.get("kill") is False:  # only the entries, nothing touched
+            return {"op": "result", "processes": [], "errors": [],
+                    "entries": dict((str(p), path_entry(str(p))) for p in req.get("digest") or [])}
         kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
         if os.getpid() == 1:  # every process of the namespace, also those entered from outside
             kill_tree(sorted(proc_table()), budget=4 * KILL_BUDGET_S)
+            remove_sysv_ipc()  # the namespace's own: shared memory, queues, semaphores
         errors = []
         for path in req.get("remove") or []:
             remove_path(str(path), errors)

@@ -68,9 +68,9 @@ def test_path_entry_of_a_file_holds_size_and_sha256(tmp_path):
 def test_host_tree_and_differences(tmp_path):
     make_tree(tmp_path)
     before = treedigest.host_tree(tmp_path)
-    assert before["link"] == "link 0777 -> /etc/passwd"
+    assert before["link"] == "link 0777 own -> /etc/passwd"
     assert before["fifo"].startswith("fifo ")
-    assert before["d/f"].startswith("file 0644 3 ")
+    assert before["d/f"].startswith("file 0644 own 3 ")
     assert treedigest.differences(before, treedigest.host_tree(tmp_path), "/w") == []
     (tmp_path / "d" / "f").write_text("changed")
     (tmp_path / "new").write_text("")

@@ -958,6 +958,20 @@ class Environment:
                                                "digest": list(digest), "timeout": RESET_TIMEOUT_S}))
         return KillAllReply(reply["processes"], reply["errors"], reply["entries"])
 
+    def path_entries(self, paths: Sequence[str]) -> dict[str, str | None]:
+        """Each path's own entry as the runner reads it (``runner.path_entry``: type, mode, owner,
+        a file's size and sha256, a link's target; None: absent), killing nothing.
+
+        Raises:
+            ConfigError: there is no runner to ask (the exec fallback).
+            SandboxDied: the sandbox is gone.
+        """
+        self._require(RESET_IN_PLACE, "path_entries")
+        with self._lock:
+            reply = last_frame(self._exchange({"op": "reset", "kill": False, "digest": list(paths),
+                                               "timeout": RESET_TIMEOUT_S}))
+        return reply["entries"]
+
     def snapshot_roots(self) -> list[SnapshotRoot]:
         """The trees of this sandbox's state a store snapshot keeps (started sandbox); backends
         with store snapshots override it (``snapshot.StoreSnapshot``)."""

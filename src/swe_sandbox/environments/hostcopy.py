@@ -9,7 +9,8 @@ download from writing through links a first one brought to the host.
 
 Rules, the same as the container archive path: bytes, exec bits and empty directories are kept;
 setuid, setgid and sticky bits are dropped; special files (FIFOs, sockets, devices) are skipped
-(opening a FIFO would block the copy); symlinks are copied as links, wherever they point.
+(opening a FIFO would block the copy), but for a snapshot's copy, which makes its FIFOs again
+(``keep_fifos``); symlinks are copied as links, wherever they point.
 
 A download passes its ``limit`` (``max_download_bytes``): the whole source tree is measured first
 (apparent sizes: a sparse file counts its full length; a file counts once per name, as it is copied
@@ -58,7 +59,7 @@ class Budget:
 
 
 def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: int | None = None,
-         source: str | None = None, owner: tuple[int, int] | None = None) -> None:
+         source: str | None = None, owner: tuple[int, int] | None = None, keep_fifos: bool = False) -> None:
     """Copy ``src_root/src_rel`` to ``dst_root/dst_rel``, following no link below either root.
 
     ``src_rel`` / ``dst_rel`` are relative POSIX paths (``""``: the root itself). Missing parents
@@ -71,6 +72,7 @@ def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: i
         source: how errors name the source (the sandbox's path); default ``src_root/src_rel``.
         owner: ``(uid, gid)`` given to every entry the copy creates, through the entry's own
             descriptor (bwrap run by root: its sandbox's unprivileged uid); existing entries keep theirs.
+        keep_fifos: FIFOs are made again at the destination (a snapshot's copy), not skipped.
 
     Raises:
         FileNotFoundError: the source does not exist (nothing is created).
@@ -90,7 +92,7 @@ def copy(src_root: Path, src_rel: str, dst_root: Path, dst_rel: str, *, limit: i
             raise FileNotFoundError(errno.ENOENT, "no such file or directory", str(src_root / src_rel)) from None
         if limit is not None:
             budget.need(_measure(src_dir, name, st, limit), budget.source)
-        copier = _Copier(budget, dst_root, owner)
+        copier = _Copier(budget, dst_root, owner, keep_fifos)
         try:
             dst_dir = _walk(dst_root, dst_parts[:-1], create=True, made=copier.made, owner=owner)
             try:
@@ -222,8 +224,9 @@ def _measure(dir_fd: int, name: str, st: os.stat_result, limit: int) -> int:
 class _Copier:
     """One copy: its byte budget, and what it created (``made``: paths below ``dst_root``)."""
 
-    def __init__(self, budget: Budget, dst_root: Path, owner: tuple[int, int] | None = None):
-        self.budget, self.dst_root, self.owner = budget, dst_root, owner
+    def __init__(self, budget: Budget, dst_root: Path, owner: tuple[int, int] | None = None,
+                 keep_fifos: bool = False):
+        self.budget, self.dst_root, self.owner, self.keep_fifos = budget, dst_root, owner, keep_fifos
         self.made: list[list[str]] = []
 
     def undo(self) -> None:
@@ -259,7 +262,13 @@ class _Copier:
             self.directory(src_dir, name, dst_dir, target, mode, where, rel)
         elif stat.S_ISREG(mode):
             self.file(src_dir, name, dst_dir, target, st, where, rel)
-        # FIFOs, sockets and devices are skipped (see the module doc)
+        elif stat.S_ISFIFO(mode) and self.keep_fifos:  # made, never opened
+            _clear(target, dst_dir, keep_dir=False)
+            os.mkfifo(target, stat.S_IMODE(mode) & 0o777, dir_fd=dst_dir)
+            self.made.append(where)
+            if self.owner:
+                os.chown(target, *self.owner, dir_fd=dst_dir, follow_symlinks=False)
+        # sockets and devices are skipped, and FIFOs but for a snapshot (see the module doc)
 
     def directory(self, src_dir: int, name: str, dst_dir: int, target: str, mode: int, where: list[str],
                   rel: str) -> None:

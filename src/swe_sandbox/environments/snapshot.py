@@ -233,11 +233,14 @@ class StoreSnapshot(Snapshot):
         assert self.store is not None
         kept = self.store / root.name
         if root.host is not None:
-            hostcopy.copy(root.host, "", self.store, root.name)
+            hostcopy.copy(root.host, "", self.store, root.name, keep_fifos=True)
         else:
             env.download(root.path, kept)
         kept.mkdir(exist_ok=True)
-        return treedigest.host_tree(kept)
+        digest = treedigest.host_tree(kept)  # the copy is this process's: what a restore gives the sandbox
+        if root.host is not None:  # the tree's own entry as it is (the copy's has no sticky bit)
+            digest[""] = treedigest.host_tree(root.host, own=root.owner, own_only=True)[""]
+        return digest
 
     def restore_into(self, env: Environment) -> None:
         self.check_usable()
@@ -284,7 +287,7 @@ class StoreSnapshot(Snapshot):
             return
         if root.host is not None and root.host_writable:
             for rel in rels:
-                hostcopy.copy(kept, rel, root.host, rel, owner=root.owner)
+                hostcopy.copy(kept, rel, root.host, rel, owner=root.owner, keep_fifos=True)
         elif root.host is None:
             for rel in rels:
                 env.upload(kept / rel, posixpath.join(root.path, rel))
@@ -298,7 +301,7 @@ class StoreSnapshot(Snapshot):
     def digest_now(env: Environment, root: SnapshotRoot) -> dict[str, str]:
         """``root``'s digest as it is in ``env`` now (read by the host: directly, or a download)."""
         if root.host is not None:
-            return treedigest.host_tree(root.host)
+            return treedigest.host_tree(root.host, own=root.owner)
         with tempfile.TemporaryDirectory(prefix="swe-sandbox-reset-") as tmp:
             env.download(root.path, Path(tmp) / "tree")
             (Path(tmp) / "tree").mkdir(exist_ok=True)

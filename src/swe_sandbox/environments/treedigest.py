@@ -1,11 +1,10 @@
 """What a file tree holds, entry by entry: the proof a verified reset compares (DESIGN.md section 10).
 
 A tree's digest is ``{relative path: entry}`` where an entry is one line of what matters about the
-path: its type, its permission bits, and for a regular file its size and the sha256 of its bytes,
-for a symlink its target. Modification times are left out (a restore may not keep them, and no
-test outcome depends on them), and so are owners (a copy on the host belongs to the sandbox's uid
-by construction; bwrap's user cannot ``chown``). Containers' resets compare entries the runner
-reads instead, owners included (``runner.path_entry``).
+path: its type, its permission bits, its owner (``own``: the sandbox's, else the numbers), and for
+a regular file its size and the sha256 of its bytes, for a symlink its target. Modification times
+are left out (a restore may not keep them, and no test outcome depends on them). Containers'
+resets compare entries the runner reads instead (``runner.path_entry``).
 
 ``host_tree`` walks a host directory through directory descriptors, never following a link below
 its root (the tree is the sandbox's and may change under it, ``hostcopy``'s rules);
@@ -32,28 +31,38 @@ _KINDS = {stat.S_IFDIR: "dir", stat.S_IFREG: "file", stat.S_IFLNK: "link", stat.
           stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev", stat.S_IFBLK: "blockdev"}
 
 
-def _entry(kind: str, mode: int, extra: str = "", owner: str = "") -> str:
-    return " ".join(part for part in (kind, f"{mode & 0o7777:04o}", owner, extra) if part)
+def _entry(kind: str, st: os.stat_result, own: tuple[int, int], extra: str = "") -> str:
+    owner = "own" if (st.st_uid, st.st_gid) == own else f"{st.st_uid}:{st.st_gid}"
+    return " ".join(part for part in (kind, f"{stat.S_IMODE(st.st_mode):04o}", owner, extra) if part)
 
 
-def host_tree(root: str | os.PathLike) -> dict[str, str]:
+def host_tree(root: str | os.PathLike, *, own: tuple[int, int] | None = None,
+              own_only: bool = False) -> dict[str, str]:
     """The digest of host directory ``root`` (opened as given; nothing below it is followed).
+
+    Args:
+        own: the ``(uid, gid)`` written as ``own`` (the sandbox's, on the host: bwrap's uid, or
+            this process's for a copy it made); others are written as numbers. Default: this
+            process's.
+        own_only: only the root's own entry.
 
     Raises:
         FileNotFoundError: ``root`` does not exist.
         SnapshotError: more than ``MAX_ENTRIES`` entries.
     """
+    own = own or (os.geteuid(), os.getegid())
     found: dict[str, str] = {}
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        found[""] = _entry("dir", os.fstat(fd).st_mode)
-        _walk_dir(fd, "", found)
+        found[""] = _entry("dir", os.fstat(fd), own)
+        if not own_only:
+            _walk_dir(fd, "", found, own)
     finally:
         os.close(fd)
     return found
 
 
-def _walk_dir(fd: int, prefix: str, found: dict[str, str]) -> None:
+def _walk_dir(fd: int, prefix: str, found: dict[str, str], own: tuple[int, int]) -> None:
     for name in sorted(os.listdir(fd)):
         rel = prefix + name
         try:
@@ -64,22 +73,22 @@ def _walk_dir(fd: int, prefix: str, found: dict[str, str]) -> None:
             raise SnapshotError(f"{TOO_LARGE}: more than {MAX_ENTRIES} entries")
         kind = _KINDS.get(stat.S_IFMT(st.st_mode), "other")
         if kind == "file":
-            found[rel] = _entry(kind, st.st_mode, _file_digest(fd, name))
+            found[rel] = _entry(kind, st, own, _file_digest(fd, name))
         elif kind == "link":
-            found[rel] = _entry(kind, st.st_mode, "-> " + os.readlink(name, dir_fd=fd))
+            found[rel] = _entry(kind, st, own, "-> " + os.readlink(name, dir_fd=fd))
         elif kind == "dir":
-            found[rel] = _entry(kind, st.st_mode)
+            found[rel] = _entry(kind, st, own)
             try:
                 sub = os.open(name, _DIR, dir_fd=fd)
             except OSError:  # replaced meanwhile: what it is now is recorded on the next digest
                 found[rel] += " unreadable"
                 continue
             try:
-                _walk_dir(sub, rel + "/", found)
+                _walk_dir(sub, rel + "/", found, own)
             finally:
                 os.close(sub)
         else:
-            found[rel] = _entry(kind, st.st_mode)
+            found[rel] = _entry(kind, st, own)
 
 
 def _file_digest(dir_fd: int, name: str) -> str:

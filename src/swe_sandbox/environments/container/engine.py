@@ -30,6 +30,8 @@ LABEL_RUN_ID = f"{LABEL}.run-id"
 LABEL_CREATED = f"{LABEL}.created"
 #: On a snapshot's image: the snapshot's id (``container.snapshot``).
 LABEL_SNAPSHOT = f"{LABEL}.snapshot"
+#: Files the engine writes into a container at start, bind-mounted (no list of changes shows them).
+ENGINE_FILES = ("/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 #: The kinds of ``Engine.changes``, by the engines' number (Docker's and Podman's ``Kind``).
 CHANGE_KINDS = {0: "changed", 1: "added", 2: "deleted"}
 CLI_ENV_VARS = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "XDG_RUNTIME_DIR", "XDG_CONFIG_HOME")

@@ -74,6 +74,7 @@ from swe_sandbox.environments.container.archive import (
     tar_path,
 )
 from swe_sandbox.environments.container.engine import (
+    ENGINE_FILES,
     LABEL_BACKEND,
     LABEL_CREATED,
     LABEL_MANAGED,
@@ -305,7 +306,7 @@ class ContainerEnvironment(Environment):
                              "with capabilities dropped and no-new-privileges; own pid/net/mount/ipc/uts "
                              "namespaces, no network, pids/memory/cpu limits")
     config: ContainerConfig
-    volatile_dirs = ("/dev/shm",)
+    volatile_dirs = ("/dev/shm", "/dev/mqueue")
 
     @classmethod
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
@@ -339,6 +340,7 @@ class ContainerEnvironment(Environment):
         self._oom_kills = 0
         self._tether: Channel | None = None
         self._started_at: float | None = None
+        self.engine_files: dict[str, str | None] = {}
         if config.userns == "host":
             self.isolation = self.isolation_host_userns
 
@@ -538,6 +540,8 @@ class ContainerEnvironment(Environment):
         """Record the container's facts, copy the workspace in."""
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
+        #: The engine's own files (``ENGINE_FILES``) as the container started: a reset checks them.
+        self.engine_files = self.path_entries(ENGINE_FILES) if self.mode == "runner" else {}
         self.info["userns"] = self.config.userns
         try:
             if self._owner() != (0, 0):  # the engine made the working directory root's

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from swe_sandbox.capabilities import RESET_IN_PLACE, missing_capabilities
 from swe_sandbox.environments import treedigest
 from swe_sandbox.environments.container.archive import ChunkReader
-from swe_sandbox.environments.container.engine import LABEL_SNAPSHOT, Engine, error_line
+from swe_sandbox.environments.container.engine import ENGINE_FILES, LABEL_SNAPSHOT, Engine, error_line
 from swe_sandbox.environments.snapshot import Snapshot, make_store
 from swe_sandbox.errors import SnapshotError
 
@@ -79,7 +79,7 @@ class ContainerSnapshot(Snapshot):
         began = time.monotonic()
         snap = cls(env)
         try:
-            snap.capture(env.container_id or "")
+            snap.capture(env)
         except (OSError, tarfile.TarError) as exc:
             snap.remove()
             raise SnapshotError(f"{env.engine.name}: cannot snapshot the container: {exc}") from None
@@ -89,8 +89,9 @@ class ContainerSnapshot(Snapshot):
         snap.taken_s = time.monotonic() - began
         return snap
 
-    def capture(self, cid: str) -> None:
-        """Record what container ``cid`` changed, and commit it."""
+    def capture(self, env: ContainerEnvironment) -> None:
+        """Record what ``env``'s container changed, and commit it."""
+        cid = env.container_id or ""
         self.changes = [path for path, _ in self.engine.changes(cid)]
         self.engine.commit(cid, self.image or "", self._labels)
 
@@ -107,19 +108,36 @@ class ContainerSnapshot(Snapshot):
         first = env.kill_all(clear=env.volatile_dirs)
         if first.processes or first.errors:
             return [f"process left: {p}" for p in first.processes] + [f"cannot remove {e}" for e in first.errors]
-        paths = sorted({path for path, _ in self.engine.changes(cid)} | self.base_changes(container))
-        if len(paths) > MAX_RESET_CHANGES:
-            return [f"{len(paths)} paths changed (more than {MAX_RESET_CHANGES}): a fresh sandbox is cheaper"]
-        remove, put, own_entry = plan(paths, env.kill_all(digest=paths).entries,
-                                      reference.kill_all(digest=paths).entries)
+        changes = self.engine.changes(cid)
+        paths = sorted({path for path, _ in changes} | self.base_changes(container))
+        recreated = {path for path, kind in changes if kind == "deleted"}
+        unnamed = [path for path in paths if "\ufffd" in path]
+        if unnamed or len(paths) > MAX_RESET_CHANGES:
+            return [f"{len(unnamed)} changed paths the engine cannot name (not UTF-8)"] if unnamed else \
+                [f"{len(paths)} paths changed (more than {MAX_RESET_CHANGES}): a fresh sandbox is cheaper"]
+        want = reference.kill_all(digest=paths).entries
+        remove, put, own_entry = plan(paths, env.kill_all(digest=paths).entries, want, recreated)
         errors = env.kill_all(remove=remove).errors if remove else []
         if errors:
             return [f"cannot remove {e}" for e in errors]
         source = reference.container_id or ""  # type: ignore[attr-defined]
         for path in put:
-            data = self.engine.get_archive(source, path)
-            self.engine.put_archive(cid, posixpath.dirname(path), first_member(data) if path in own_entry else data)
-        return self.verify(container, reference, set(paths))
+            if _kind(want[path]) == "link":  # an archive of a link may be of its target (Podman)
+                data: Any = link_member(path, want[path] or "")
+            else:
+                data = self.engine.get_archive(source, path)
+                data = first_member(data) if path in own_entry else data
+            self.engine.put_archive(cid, posixpath.dirname(path), data)
+        return self.verify(container, reference, set(paths)) + self.engine_files_drift(env)
+
+    @staticmethod
+    def engine_files_drift(env: Environment) -> list[str]:
+        """The engine's own files (``ENGINE_FILES``) not as they were when the container started
+        (``ContainerEnvironment.engine_files``): not put back (bind mounts), so drift."""
+        container: ContainerEnvironment = env  # type: ignore[assignment]
+        expected, now = container.engine_files, env.path_entries(ENGINE_FILES)
+        return [f"{path}: changed (a file the engine writes at start)" for path in ENGINE_FILES
+                if now.get(path) != expected.get(path)]
 
     def verify(self, env: ContainerEnvironment, reference: Environment, before: set[str]) -> list[str]:
         """Compare every path changed with the reference sandbox's again; then no process may be
@@ -163,12 +181,17 @@ class ArchiveSnapshot(ContainerSnapshot):
         self._finalizer.detach()
         self._finalizer = weakref.finalize(self, _remove_all, self.engine, None, self._reference, str(self.store))
 
-    def capture(self, cid: str) -> None:
-        """Archive what container ``cid`` changed into the store (a changed directory by its own
-        entry, an added one whole); keep the deleted paths."""
+    def capture(self, env: ContainerEnvironment) -> None:
+        """Archive what ``env``'s container changed into the store (a changed directory by its own
+        entry, an added one whole, a symlink as a link: Podman's archive of a link is its target's);
+        keep the deleted paths."""
         assert self.store is not None
+        cid = env.container_id or ""
         changes = sorted(self.engine.changes(cid))
         self.changes = [path for path, _ in changes]
+        if any("\ufffd" in path for path in self.changes):
+            raise SnapshotError(f"{self.engine.name}: the container holds changed paths whose names are not UTF-8")
+        links = symlinks_of(env, [path for path, kind in changes if kind != "deleted"])
         whole: list[str] = []
         with tarfile.open(self.store / "changes.tar", "w", format=tarfile.PAX_FORMAT) as out:
             for path, kind in changes:
@@ -176,10 +199,25 @@ class ArchiveSnapshot(ContainerSnapshot):
                     continue
                 if kind == "deleted":
                     self.deleted.append(path)
+                    if not self._exists(cid, path):
+                        continue
+                    kind = "added"  # re-created: Podman lists nothing below it, so all of it goes
+                if path in links:
+                    copy_members([link_member(path, links[path])], out, posixpath.dirname(path).lstrip("/"))
                     continue
                 stream = self.engine.get_archive(cid, path)
                 if copy_members(stream, out, posixpath.dirname(path).lstrip("/"), own_dir=kind == "changed"):
                     whole.append(path.rstrip("/"))
+
+    def _exists(self, cid: str, path: str) -> bool:
+        try:
+            for _ in self.engine.get_archive(cid, path):
+                break
+        except self.engine.errors as exc:
+            if self.engine.is_not_found(exc):
+                return False
+            raise
+        return True
 
     def fork_config(self) -> EnvironmentConfig:
         return self.config
@@ -227,19 +265,27 @@ def _remove_all(engine: Engine, image: str | None, reference: list[Environment],
         shutil.rmtree(store, ignore_errors=True)
 
 
-def plan(changed: list[str], now: dict[str, str | None], want: dict[str, str | None]
-         ) -> tuple[list[str], list[str], set[str]]:
+def plan(changed: list[str], now: dict[str, str | None], want: dict[str, str | None],
+         deleted: set[str] | frozenset[str] = frozenset()) -> tuple[list[str], list[str], set[str]]:
     """What a reset does, outermost path first: the paths to remove (the snapshot lacks them, or
     something of another type is in the way), those to put back from the snapshot (whole: a
     missing directory comes back with everything below it; a path below one put back whole is
     skipped), and which of those are directories on both sides whose own entry alone differs (mode,
-    owner: only that entry is put back, their children being changed paths themselves)."""
+    owner: only that entry is put back, their children being changed paths themselves). A path the
+    engine lists as ``deleted`` that exists again (``rm -rf d && mkdir d``: Podman then lists none of
+    what ``d`` held) is removed and put back whole."""
     remove: list[str] = []
     put: list[str] = []
     own_entry: set[str] = set()
     for path in sorted(changed):
         whole = [p for p in put if p not in own_entry]
-        if now[path] == want[path] or any(path.startswith(p.rstrip("/") + "/") for p in whole):
+        if any(path.startswith(p.rstrip("/") + "/") for p in whole):
+            continue
+        if path in deleted and now[path] is not None and want[path] is not None:
+            remove.append(path)
+            put.append(path)
+            continue
+        if now[path] == want[path]:
             continue
         if want[path] is None:
             remove.append(path)
@@ -250,6 +296,37 @@ def plan(changed: list[str], now: dict[str, str | None], want: dict[str, str | N
             remove.append(path)
         put.append(path)
     return remove, put, own_entry
+
+
+#: The shell loop naming the symlinks among paths: NUL-separated path, target pairs.
+_LINKS_SCRIPT = 'for p in {paths}; do [ -L "$p" ] && printf "%s\\0%s\\0" "$p" "$(readlink -- "$p")"; done; true'
+
+
+def symlinks_of(env: Environment, paths: list[str]) -> dict[str, str]:
+    """Which of ``paths`` are symlinks in ``env``, and their targets (through the runner, else a command)."""
+    if not paths:
+        return {}
+    if has_capability(env, RESET_IN_PLACE):
+        return {path: (entry or "").partition(" -> ")[2] for path, entry in env.path_entries(paths).items()
+                if _kind(entry) == "link"}
+    result = env.execute({"command": _LINKS_SCRIPT.format(paths=" ".join(shlex.quote(p) for p in paths))},
+                         timeout=600)
+    fields = result["output"].split("\0")
+    return dict(zip(fields[0:-1:2], fields[1::2], strict=False))
+
+
+def link_member(path: str, entry_or_target: str) -> bytes:
+    """A tar holding the symlink ``basename(path)``: to the target of a runner entry
+    (``"link MODE UID:GID -> TARGET"``) or to ``entry_or_target`` itself."""
+    head, arrow, target = entry_or_target.partition(" -> ")
+    info = tarfile.TarInfo(posixpath.basename(path))
+    info.type, info.linkname, info.mode = tarfile.SYMTYPE, target if arrow else entry_or_target, 0o777
+    owner = head.split()[2] if arrow and len(head.split()) > 2 else "0:0"
+    info.uid, info.gid = (int(part) for part in owner.split(":"))
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        archive.addfile(info)
+    return out.getvalue()
 
 
 def has_capability(env: Environment, capability: str) -> bool:

@@ -138,6 +138,8 @@ class SshEnvironment(Environment):
                                      else "the remote bwrap sandbox maps one uid only: there is no other user to become")
         if config.runner == "exec":
             gaps.update(fallback.missing_capabilities(shared_host=True))
+        gaps[cap.SNAPSHOT_METADATA] = ("the workspace is copied through SFTP, which carries no FIFOs nor owners, nor "
+                                       "the workspace directory's own mode")
         return gaps
 
     def __init__(self, config: SshConfig):
