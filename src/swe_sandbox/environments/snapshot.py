@@ -44,7 +44,7 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from swe_sandbox.environments import hostcopy, treedigest
 from swe_sandbox.environments.scratch import SCRATCH_PARENT
@@ -52,7 +52,9 @@ from swe_sandbox.errors import SandboxError, SnapshotError
 
 if TYPE_CHECKING:
     from swe_sandbox.config import EnvironmentConfig
-    from swe_sandbox.environments.base import Environment
+
+#: An ``environments.base.Environment`` (not imported: ``base`` imports this module).
+Environment: TypeAlias = Any
 
 #: Most sandboxes ``fork`` starts at once (each start is mostly waiting on an engine or a copy).
 FORK_WORKERS = 8

@@ -33,7 +33,7 @@ import tarfile
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from swe_sandbox.capabilities import RESET_IN_PLACE, missing_capabilities
 from swe_sandbox.environments import treedigest
@@ -44,8 +44,11 @@ from swe_sandbox.errors import SnapshotError
 
 if TYPE_CHECKING:
     from swe_sandbox.config import EnvironmentConfig
-    from swe_sandbox.environments.base import Environment
-    from swe_sandbox.environments.container.environment import ContainerEnvironment
+
+#: An ``Environment`` / a ``container.environment.ContainerEnvironment`` (not imported: that
+#: module imports this one).
+Environment: TypeAlias = Any
+ContainerEnvironment: TypeAlias = Any
 
 #: Repository of snapshot images (built here: never pulled, ``image_ref.BUILT_IMAGES``).
 SNAPSHOT_REPOSITORY = "swe-sandbox/snapshot"
@@ -103,7 +106,7 @@ class ContainerSnapshot(Snapshot):
         self.check_usable()  # the image holds the state: nothing to copy
 
     def reset(self, env: Environment) -> list[str]:
-        container: ContainerEnvironment = env  # type: ignore[assignment]
+        container: ContainerEnvironment = env
         cid, reference = container.container_id or "", self.reference()
         first = env.kill_all(clear=env.volatile_dirs)
         if first.processes or first.errors:
@@ -120,7 +123,7 @@ class ContainerSnapshot(Snapshot):
         errors = env.kill_all(remove=remove).errors if remove else []
         if errors:
             return [f"cannot remove {e}" for e in errors]
-        source = reference.container_id or ""  # type: ignore[attr-defined]
+        source = reference.container_id or ""
         for path in put:
             if _kind(want[path]) == "link":  # an archive of a link may be of its target (Podman)
                 data: Any = link_member(path, want[path] or "")
@@ -134,7 +137,7 @@ class ContainerSnapshot(Snapshot):
     def engine_files_drift(env: Environment) -> list[str]:
         """The engine's own files (``ENGINE_FILES``) not as they were when the container started
         (``ContainerEnvironment.engine_files``): not put back (bind mounts), so drift."""
-        container: ContainerEnvironment = env  # type: ignore[assignment]
+        container: ContainerEnvironment = env
         expected, now = container.engine_files, env.path_entries(ENGINE_FILES)
         return [f"{path}: changed (a file the engine writes at start)" for path in ENGINE_FILES
                 if now.get(path) != expected.get(path)]
@@ -225,7 +228,7 @@ class ArchiveSnapshot(ContainerSnapshot):
     def restore_into(self, env: Environment) -> None:
         self.check_usable()
         assert self.store is not None
-        container: ContainerEnvironment = env  # type: ignore[assignment]
+        container: ContainerEnvironment = env
         if self.deleted and has_capability(env, RESET_IN_PLACE):
             env.kill_all(remove=self.deleted)
         elif self.deleted:  # the exec fallback: nothing ran in the new sandbox yet
