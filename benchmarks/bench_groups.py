@@ -58,13 +58,15 @@ def prepared(backend: str):
 
 
 def fresh(backend: str, k: int) -> dict[str, float]:
-    began = time.monotonic()
-    with ThreadPoolExecutor(k) as pool:
-        envs = list(pool.map(lambda _: prepared(backend), range(k)))
-        ready = time.monotonic() - began
-        list(pool.map(rollout, envs))
-    for env in envs:
-        env.close()
+    began, envs = time.monotonic(), []
+    try:
+        with ThreadPoolExecutor(k) as pool:
+            envs = list(pool.map(lambda _: prepared(backend), range(k)))
+            ready = time.monotonic() - began
+            list(pool.map(rollout, envs))
+    finally:
+        for env in envs:
+            env.close()
     return {"prepare": ready}
 
 
@@ -81,11 +83,13 @@ def fork(backend: str, k: int) -> dict[str, float]:
     single = snap.environment()
     single_s = time.monotonic() - one
     single.close()
-    with ThreadPoolExecutor(k) as pool:
-        list(pool.map(rollout, envs))
-    for env in envs:
-        env.close()
-    snap.remove()
+    try:
+        with ThreadPoolExecutor(k) as pool:
+            list(pool.map(rollout, envs))
+    finally:
+        for env in envs:
+            env.close()
+        snap.remove()
     return {"prepare": prepare, "snapshot": snap.taken_s, "fork_k": fork_s, "one_fork": single_s}
 
 
@@ -95,14 +99,16 @@ def reset(backend: str, k: int) -> dict[str, float]:
     prepare = time.monotonic() - began
     snap = env.snapshot()
     resets = []
-    for i in range(k):
-        if i:
-            at = time.monotonic()
-            env.reset(snap)
-            resets.append(time.monotonic() - at)
-        rollout(env)
-    env.close()
-    snap.remove()
+    try:
+        for i in range(k):
+            if i:
+                at = time.monotonic()
+                env.reset(snap)
+                resets.append(time.monotonic() - at)
+            rollout(env)
+    finally:
+        env.close()
+        snap.remove()
     return {"prepare": prepare, "snapshot": snap.taken_s, "reset_median": statistics.median(resets)}
 
 
