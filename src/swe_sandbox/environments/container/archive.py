@@ -194,37 +194,27 @@ def extract_chunks(chunks: Iterable[bytes], name: str, dst: Path, *, limit: int 
 
 def shift_owners(chunks: Iterable[bytes], uid_base: int, gid_base: int, size: int) -> Iterator[bytes]:
     """The tar stream ``chunks`` with each owner in ``[base, base + size)`` moved down by its base
-    (host ids of a user namespace back to the container's own; others as they are), read and
-    written as it comes (a member's bytes at a time)."""
+    (host ids of a user namespace back to the container's own; others as they are), streamed: a
+    header, then the member's bytes 1 MiB at a time (a huge or sparse member is never held)."""
     def shift(value: int, base: int) -> int:
         return value - base if base <= value < base + size else value
 
-    sink = _Sink()
-    with ChunkReader(chunks) as reader, tarfile.open(fileobj=reader, mode="r|") as src, \
-            tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as dst:
+    with ChunkReader(chunks) as reader, tarfile.open(fileobj=reader, mode="r|") as src:
         for member in src:
             member.uid, member.gid = shift(member.uid, uid_base), shift(member.gid, gid_base)
             member.pax_headers = {key: value for key, value in member.pax_headers.items()  # else they win
                                   if key not in ("uid", "gid", "uname", "gname")}
             member.uname = member.gname = ""
-            dst.addfile(member, src.extractfile(member) if member.isreg() else None)
-            yield sink.take()
-    yield sink.take()
-
-
-class _Sink(io.RawIOBase):
-    """A writable file that keeps what was written until ``take``."""
-
-    def __init__(self) -> None:
-        self._parts: list[bytes] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data) -> int:
-        self._parts.append(bytes(data))
-        return len(data)
-
-    def take(self) -> bytes:
-        data, self._parts = b"".join(self._parts), []
-        return data
+            yield member.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            data = src.extractfile(member) if member.isreg() else None
+            if data is not None:
+                left = member.size
+                while left > 0:
+                    block = data.read(min(left, 1 << 20))
+                    if not block:
+                        raise tarfile.ReadError(f"{member.name}: the archive ends inside it")
+                    left -= len(block)
+                    yield block
+                if member.size % tarfile.BLOCKSIZE:
+                    yield b"\0" * (tarfile.BLOCKSIZE - member.size % tarfile.BLOCKSIZE)
+    yield b"\0" * (2 * tarfile.BLOCKSIZE)

@@ -126,6 +126,11 @@ class Engine:
     def get_archive(self, cid: str, path: str) -> Iterable[bytes]:
         raise NotImplementedError
 
+    def get_owned_archive(self, cid: str, path: str) -> Iterable[bytes]:
+        """``get_archive`` with the owners as the container sees them (what ``put_archive`` takes
+        back); the default: the engine's archive already is."""
+        return self.get_archive(cid, path)
+
     def inspect(self, cid: str) -> dict[str, Any] | None:
         """The container's inspect data, or None when it does not exist."""
         raise NotImplementedError

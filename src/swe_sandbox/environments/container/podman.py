@@ -162,11 +162,14 @@ class PodmanEngine(Engine):
         self.client.api.put(f"/containers/{cid}/archive", params={"path": path}, data=data).raise_for_status()
 
     def get_archive(self, cid: str, path: str) -> Iterable[bytes]:
-        """The archive with the container's own owners: Podman 4 sends a user namespace's host ids
-        (``put_archive`` wants the container's)."""
         response = self.client.api.get(f"/containers/{cid}/archive", params={"path": path}, stream=True)
         response.raise_for_status()
-        chunks = response.iter_content(chunk_size=1 << 20)
+        return response.iter_content(chunk_size=1 << 20)
+
+    def get_owned_archive(self, cid: str, path: str) -> Iterable[bytes]:
+        """The archive with the container's own owners: Podman 4 sends a user namespace's host ids
+        (``put_archive`` wants the container's)."""
+        chunks = self.get_archive(cid, path)
         mapping = self.id_mapping(cid)
         return chunks if mapping is None else shift_owners(chunks, *mapping)
 

@@ -128,7 +128,7 @@ class ContainerSnapshot(Snapshot):
             if _kind(want[path]) == "link":  # an archive of a link may be of its target (Podman)
                 data: Any = link_member(path, want[path] or "")
             else:
-                data = self.engine.get_archive(source, path)
+                data = self.engine.get_owned_archive(source, path)
                 data = first_member(data) if path in own_entry else data
             self.engine.put_archive(cid, posixpath.dirname(path), data)
         return self.verify(container, reference, set(paths)) + self.engine_files_drift(env)
@@ -208,13 +208,13 @@ class ArchiveSnapshot(ContainerSnapshot):
                 if path in links:
                     copy_members([link_member(path, links[path])], out, posixpath.dirname(path).lstrip("/"))
                     continue
-                stream = self.engine.get_archive(cid, path)
+                stream = self.engine.get_owned_archive(cid, path)
                 if copy_members(stream, out, posixpath.dirname(path).lstrip("/"), own_dir=kind == "changed"):
                     whole.append(path.rstrip("/"))
 
     def _exists(self, cid: str, path: str) -> bool:
         try:
-            for _ in self.engine.get_archive(cid, path):
+            for _ in self.engine.get_owned_archive(cid, path):
                 break
         except self.engine.errors as exc:
             if self.engine.is_not_found(exc):
