@@ -94,3 +94,9 @@ def missing_capabilities(environment_class: type, config: Any) -> dict[str, str]
         raise ValueError(f"{environment_class.__name__} declares unknown capabilities {unknown} "
                          f"(known: {', '.join(CAPABILITIES)})")
     return dict(gaps)
+
+
+def has_capability(environment: Any, capability: str) -> bool:
+    """Whether ``environment`` (an Environment) has ``capability``: its backend does not declare it
+    missing for the config it was made with (``missing_capabilities``)."""
+    return capability not in missing_capabilities(type(environment), environment.config)

@@ -4,7 +4,8 @@ Installed with ``pip install 'swe-sandbox[inspect]'``; inspect finds it through 
 entry point (pyproject.toml), which imports this module (``import swe_sandbox`` never does). The
 sandbox config is a preset name or one of our YAML files: ``("swe_sandbox", "bwrap.yaml")``, or a
 path to a YAML file of your own; none means the ``local`` preset. Every sample gets a sandbox of its
-own (``swe_sandbox.aio``), removed at the sample's end.
+own (``swe_sandbox.aio``), removed at the sample's end; a host directory the config names for its
+commands (bwrap's ``workspace``, local's ``cwd``) is copied for each sample, as samples run at once.
 
 Commands: inspect's ``cmd`` list becomes one bash string (``shlex.join``), so ``cmd[0]`` resolves
 through the sandbox's PATH. Files are copied through a staging file in the sample's working directory
@@ -47,15 +48,38 @@ from inspect_ai.util import (
 
 from swe_sandbox import aio, capabilities, environments
 from swe_sandbox.backends import backend_names
+from swe_sandbox.environments.snapshot import copy_static
 from swe_sandbox.errors import SandboxDied, Submitted
 
 DEFAULT_PRESET = "local"
+#: Backends whose commands work in a host directory named by this config field (bwrap binds its
+#: ``workspace``; local runs in its ``cwd``): each sample gets a copy of its own (none given: an empty
+#: one), as samples run at once and must not see each other's files.
+HOST_DIRECTORY_FIELDS = {"bwrap": "workspace", "local": "cwd"}
 #: Prefix of the staging files read_file/write_file leave for a moment in the working directory.
 STAGING_PREFIX = ".swe-sandbox-inspect-"
 _READ = ('f={f}; s={s}\nif [ -d "$f" ]; then echo "$f: Is a directory" >&2; exit 21; fi\n'
          'cat -- "$f" > "$s" || {{ rm -f -- "$s"; exit 1; }}\nwc -c < "$s"')
 _WRITE = ('f={f}; s={s}\nmkdir -p -- "$(dirname -- "$f")"\nif [ -d "$f" ]; then rm -f -- "$s"; '
           'echo "$f: Is a directory" >&2; exit 21; fi\ncat -- "$s" > "$f"; rc=$?; rm -f -- "$s"; exit $rc')
+
+
+def _private_copy(source: str | None, parent: Path) -> str:
+    """``parent/work``: a copy of the directory ``source`` (its contents, mode and owner; links as
+    links, reflinks where the filesystem has them), or an empty directory when ``source`` is None.
+
+    Raises:
+        OSError: the copy failed (``cp``'s message).
+    """
+    os.chmod(parent, 0o711)  # searchable by the sandbox's unprivileged uid, not listable
+    private = parent / "work"
+    private.mkdir()
+    if source is not None:
+        shutil.copystat(source, private)
+        st = os.stat(source)
+        os.chown(private, st.st_uid, st.st_gid)
+        copy_static(Path(source), private, None)
+    return str(private)
 
 
 @sandboxenv(name="swe_sandbox")
@@ -87,14 +111,23 @@ class SweSandboxEnvironment(SandboxEnvironment):
                                   "max_output_bytes": min(SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE, 32 << 20)}
         source, host_dir = _config_source(config), None
         env = await aio.get_environment(source, **fields)
-        if env.config.backend == "local" and not env.config.cwd:  # not the eval's own directory
+        field = HOST_DIRECTORY_FIELDS.get(env.config.backend)
+        # a directory of the sample's own, never the eval's or another sample's (bwrap without a
+        # workspace makes a private one itself)
+        if field is not None and (getattr(env.config, field) is not None or env.config.backend == "local"):
             host_dir = tempfile.mkdtemp(prefix="swe-sandbox-inspect-")
-            env = await aio.get_environment(source, cwd=host_dir, **fields)
-        missing = capabilities.missing_capabilities(type(env.sync), env.config)
-        if capabilities.SEPARATE_STDERR in missing:
+            private = await anyio.to_thread.run_sync(_private_copy, getattr(env.config, field), Path(host_dir))
+            env = await aio.get_environment(source, **{field: private}, **fields)
+        try:
+            missing = capabilities.missing_capabilities(type(env.sync), env.config)
+            if capabilities.SEPARATE_STDERR in missing:
+                raise RuntimeError(f"swe_sandbox: {source}: {missing[capabilities.SEPARATE_STDERR]}")
+            await env.start()
+        except BaseException:
             await env.close()
-            raise RuntimeError(f"swe_sandbox: {source}: {missing[capabilities.SEPARATE_STDERR]}")
-        await env.start()
+            if host_dir:
+                shutil.rmtree(host_dir, ignore_errors=True)
+            raise
         return {"default": cls(env, missing, host_dir)}
 
     @classmethod

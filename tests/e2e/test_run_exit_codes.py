@@ -31,6 +31,8 @@ CASES = [
     (errors.ConnectionLost("ssh link lost"), 4),
     (errors.ProtocolError("bad frame"), 4),
     (errors.DownloadTooLarge(10, "/big"), 4),
+    (errors.SnapshotError("commit failed"), 4),
+    (errors.ResetFailed(["a process survived"]), 4),
     (errors.ImageBuildError("step 3"), 1),
     (errors.SetupFailed("setup exited 1"), 1),
     (errors.EvaluationStepFailed("reset failed"), 1),

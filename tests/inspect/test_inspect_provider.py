@@ -172,6 +172,28 @@ def test_inspect_eval_end_to_end(backend: str, tmp_path: Path) -> None:
         assert wait_no_containers("docker", label) == []
 
 
+@pytest.mark.parametrize("backend", backend_params(["local", "bwrap"]))
+async def test_each_sample_works_in_a_copy_of_the_configured_directory(backend: str, tmp_path: Path) -> None:
+    """Samples run at once: each gets its own copy of the bwrap workspace / local cwd the config names
+    (the CI run once saw one sample read another's half-written answer), and the original stays."""
+    config = str(write_config(backend, tmp_path))
+    seed = tmp_path / "work" / "seed.txt"
+    seed.write_text("seed")
+    owner = seed.parent.stat()
+    os.chown(seed, owner.st_uid, owner.st_gid)  # the sandbox's user (bwrap runs as the workspace's owner)
+    first, second = [await SweSandboxEnvironment.sample_init("copies", config, {}) for _ in range(2)]
+    try:
+        await first["default"].write_file("seed.txt", "first")
+        assert await second["default"].read_file("seed.txt") == "seed"
+        assert await first["default"].read_file("seed.txt") == "first"
+        assert seed.read_text() == "seed"
+        made = [ours.as_type(SweSandboxEnvironment).host_dir for ours in (first["default"], second["default"])]
+    finally:
+        for envs in (first, second):
+            await SweSandboxEnvironment.sample_cleanup("copies", config, envs, False)
+    assert all(path and not os.path.exists(path) for path in made)
+
+
 def test_import_swe_sandbox_leaves_inspect_out() -> None:
     """``import swe_sandbox`` (and its aio) imports no inspect_ai: only inspect's entry point loads the provider."""
     code = "import sys, swe_sandbox, swe_sandbox.aio; assert 'inspect_ai' not in sys.modules, 'inspect_ai imported'"

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import swe_sandbox
+from swe_sandbox.capabilities import has_capability as has  # noqa: F401 - the suites import it from here
 from swe_sandbox.capabilities import missing_capabilities
 from swe_sandbox.config import load_environment_config, preset_names
 from swe_sandbox.environments import environment_class
@@ -129,11 +130,6 @@ def xfail_where_lacking(request: pytest.FixtureRequest, variant: Variant, missin
         # the capability is named: an XPASS(strict) then says which declaration is stale
         reason = f"{variant.name}: {missing[lacked[0]]} (declared missing: {lacked[0]})"
         request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
-
-
-def has(env: Any, capability: str) -> bool:
-    """Whether environment ``env`` has ``capability`` (its backend does not declare it missing)."""
-    return capability not in missing_capabilities(type(env), env.config)
 
 
 def hosts_its_workspace(environment_class: type[Environment]) -> bool:

@@ -541,7 +541,8 @@ class ContainerEnvironment(Environment):
         self.info.setdefault("mode", self.mode)
         self.info["container_id"] = self.container_id
         #: The engine's own files (``ENGINE_FILES``) as the container started: a reset checks them.
-        self.engine_files = self.path_entries(ENGINE_FILES) if self.mode == "runner" else {}
+        resettable = self.mode == "runner" and cap.has_capability(self, cap.RESET_IN_PLACE)
+        self.engine_files = self.path_entries(ENGINE_FILES) if resettable else {}
         self.info["userns"] = self.config.userns
         try:
             if self._owner() != (0, 0):  # the engine made the working directory root's

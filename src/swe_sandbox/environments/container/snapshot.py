@@ -35,7 +35,7 @@ import time
 import weakref
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from swe_sandbox.capabilities import RESET_IN_PLACE, missing_capabilities
+from swe_sandbox.capabilities import RESET_IN_PLACE, has_capability
 from swe_sandbox.environments import treedigest
 from swe_sandbox.environments.container.archive import ChunkReader
 from swe_sandbox.environments.container.engine import ENGINE_FILES, LABEL_SNAPSHOT, Engine, error_line
@@ -330,10 +330,6 @@ def link_member(path: str, entry_or_target: str) -> bytes:
     with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as archive:
         archive.addfile(info)
     return out.getvalue()
-
-
-def has_capability(env: Environment, capability: str) -> bool:
-    return capability not in missing_capabilities(type(env), env.config)
 
 
 def _kind(entry: str | None) -> str:
