@@ -39,6 +39,7 @@ RUN_AS_USER = "run_as_user"
 SNAPSHOT = "snapshot"
 RESET_IN_PLACE = "reset_in_place"
 SNAPSHOT_METADATA = "snapshot_metadata"
+NETWORK_ALLOWLIST = "network_allowlist"
 HOST_ISOLATION = "host_isolation"
 HOST_VISIBLE_PROCESSES = "host_visible_processes"
 
@@ -64,6 +65,8 @@ CAPABILITIES: dict[str, str] = {
                     "place and proves it (else ``ResetFailed``)",
     SNAPSHOT_METADATA: "a snapshot keeps FIFOs, owners and its trees' own modes, and a reset puts back or catches "
                        "a change to them",
+    NETWORK_ALLOWLIST: "``network: allowlist``: commands reach only the allowed names, through a proxy on the "
+                       "host that the sandbox reaches by a socket bound in, with no route out of its own",
     HOST_ISOLATION: "commands run in a sandbox, not directly on a host (attacks on the host are tried "
                     "for real, not replaced by harmless probes)",
     HOST_VISIBLE_PROCESSES: "the sandbox's processes show in this host's /proc (same kernel)",

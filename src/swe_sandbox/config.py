@@ -14,10 +14,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from swe_sandbox.backends import plugin_backend_names
 from swe_sandbox.errors import ConfigError
+from swe_sandbox.network.policy import NetworkPolicy
 
 #: Set in every sandbox unless the config's ``env`` overrides them: nothing waits for a terminal
 #: (pagers, editors, prompts) and Python output keeps its order (DESIGN.md §1).
@@ -86,6 +87,59 @@ class EnvironmentConfig(BaseModel):
         for name in value:
             check_env_name(name)
         return value
+
+
+#: ``network`` values that go through the host's allow-list proxy (DESIGN.md section 11).
+ALLOWLIST = "allowlist"
+
+
+class NetworkedConfig(EnvironmentConfig):
+    """Fields of the backends that can enforce ``network: allowlist`` (bwrap, docker, podman); each
+    subclass has its own ``network`` field, where ``allowlist`` is one of the values."""
+
+    allow: list[str] = Field(default_factory=list)
+    """With ``network: allowlist``: the host names commands may reach, through a proxy on the host
+    (``swe_sandbox.network``): ``pypi.org`` (that name), ``*.pythonhosted.org`` (names below it),
+    optionally ``:PORT`` (``github.com:443``; none: 80 and 443). Raw IP addresses are never
+    reachable, nor names that resolve to loopback, private or link-local addresses. Empty (the
+    default): every connection is refused (and logged)."""
+    resolve: dict[str, str] = Field(default_factory=dict)
+    """With ``network: allowlist``: the proxy's own name -> address entries, used instead of DNS
+    (like curl's ``--resolve``); such an address may be loopback or private (you said so), e.g. an
+    internal package index. Default: none."""
+
+    @model_validator(mode="after")
+    def _allow_needs_allowlist(self) -> NetworkedConfig:
+        if getattr(self, "network", None) != ALLOWLIST:
+            given = [name for name in ("allow", "resolve") if getattr(self, name)]
+            if given:
+                raise ValueError(f"{given[0]}: only with network: {ALLOWLIST} (network is {getattr(self, 'network', None)!r})")
+        return self
+
+    @field_validator("allow")
+    @classmethod
+    def _patterns(cls, value: list[str]) -> list[str]:
+        return list(_checked_policy(allow=value).allow)
+
+    @field_validator("resolve")
+    @classmethod
+    def _entries(cls, value: dict[str, str]) -> dict[str, str]:
+        return dict(_checked_policy(resolve=value).resolve)
+
+    def network_policy(self) -> NetworkPolicy | None:
+        """The allow-list policy of this config; None unless ``network`` is ``allowlist``."""
+        if getattr(self, "network", None) != ALLOWLIST:
+            return None
+        return NetworkPolicy(allow=self.allow, resolve=self.resolve)
+
+
+def _checked_policy(**fields: Any) -> NetworkPolicy:
+    """``NetworkPolicy(**fields)``; its first error as a ValueError (pydantic then names our field)."""
+    try:
+        return NetworkPolicy(**fields)
+    except ValidationError as exc:
+        raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
 
 
 #: A variable name a shell can export (POSIX's portable names, lower case too).

@@ -30,6 +30,12 @@ read by this runner once nothing else runs. With ``"kill": false`` only the entr
 (nothing killed or removed: a snapshot of a sandbox still in use). The host restores the files
 and proves the rest (``environments.snapshot``).
 
+Network (DESIGN.md section 11): ``{"op": "forward", "port": N, "socket": path}`` makes the runner
+listen on ``127.0.0.1:N`` inside the sandbox and relay each connection, byte for byte, to the unix
+socket ``path`` (the host's allow-list proxy, bound into the sandbox); it answers ``{"op": "result",
+"listening": N}`` or ``{"op": "result", "error": str}``. The relay threads live in the runner, so a
+reset (which kills every other process) keeps them.
+
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
 random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
 stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
@@ -65,7 +71,7 @@ import tempfile
 import threading
 import time
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 #: Length of a frame's MAC in bytes (HMAC-SHA256).
 MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
@@ -114,6 +120,8 @@ CHUNK_BYTES = 1024
 CHUNK_FRAMES_MAX = 256
 #: ``exception_info`` of a command the host cancelled (``{"op": "cancel"}``).
 CANCELLED_MESSAGE = "The command was cancelled"
+#: At most this many connections relayed by the network forwarder at once (more wait in its backlog).
+FORWARD_MAX = 64
 # linux/prctl.h
 PR_SET_DUMPABLE = 4
 PR_SET_NAME = 15
@@ -562,6 +570,76 @@ def start_thread(target, *args):
     return True
 
 
+def forward(req):
+    """``{"op": "forward"}``: listen on 127.0.0.1:port and relay each connection to the unix socket."""
+    import socket
+
+    try:
+        port, path = int(req["port"]), str(req["socket"])
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen(FORWARD_MAX)
+    except (KeyError, ValueError, OSError) as exc:
+        return {"op": "result", "error": "%s: %s" % (type(exc).__name__, exc)}
+    if not start_thread(accept_forever, listener, path, threading.BoundedSemaphore(FORWARD_MAX)):
+        listener.close()
+        return {"op": "result", "error": "no thread for the forwarder"}
+    return {"op": "result", "listening": port}
+
+
+def accept_forever(listener, path, slots):
+    """Accept connections (at most ``FORWARD_MAX`` relayed at once) and relay each to ``path``."""
+    import socket
+
+    while True:
+        slots.acquire()
+        try:
+            client, _ = listener.accept()
+        except OSError:
+            slots.release()
+            continue
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(path)
+        except OSError:  # the proxy is gone (a phase without network): the client sees a close
+            upstream.close()
+            client.close()
+            slots.release()
+            continue
+        if not start_thread(relay, client, upstream, slots):
+            client.close()
+            upstream.close()
+            slots.release()
+
+
+def relay(client, upstream, slots):
+    """Copy both ways until each side has ended, then close both and free the slot."""
+    done = threading.Event()
+
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(1)  # SHUT_WR: the other side sees the end of this direction
+        except OSError:
+            pass
+
+    if not start_thread(lambda: (pump(upstream, client), done.set())):
+        done.set()
+    pump(client, upstream)
+    done.wait()
+    client.close()
+    upstream.close()
+    slots.release()
+
+
 def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=frozenset(), budget=KILL_BUDGET_S,
               scope=None):
     """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
@@ -921,6 +999,8 @@ class Runner(object):
         """The reply to one request; a bug or a bad request never ends the runner."""
         if req.get("op") == "reset":
             return self.reset(req)
+        if req.get("op") == "forward":
+            return forward(req)
         if req.get("op") != "exec":
             return {"op": "error", "message": "unknown op %r" % req.get("op")}
         try:

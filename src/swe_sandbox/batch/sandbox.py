@@ -45,14 +45,15 @@ def task_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
 
 def eval_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
     """``env_config`` for ``task``'s evaluation sandbox: no network (``network: none`` on
-    docker/podman, no ``share_net`` on bwrap) unless the task's ``eval_network`` is ``on``."""
+    docker/podman/bwrap, without ``allow``, ``resolve`` or ``share_net``) unless the task's
+    ``eval_network`` is ``on``."""
     data = dict(env_config)
     if task.eval_network == "on":
         return data
-    if data.get("backend") in IMAGE_BACKENDS:
+    if data.get("backend") in (*IMAGE_BACKENDS, "bwrap"):
         data["network"] = "none"
-    elif data.get("backend") == "bwrap":
-        data["share_net"] = False
+        for name in ("allow", "resolve", "share_net"):
+            data.pop(name, None)
     return data
 
 

@@ -29,6 +29,7 @@ import math
 import os
 import posixpath
 import selectors
+import shutil
 import struct
 import subprocess
 import tempfile
@@ -41,6 +42,7 @@ from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, cast
 from swe_sandbox import runner
 from swe_sandbox.capabilities import (
     COMMAND_STDIN,
+    NETWORK_ALLOWLIST,
     RESET_IN_PLACE,
     RUN_AS_USER,
     SEPARATE_STDERR,
@@ -48,6 +50,7 @@ from swe_sandbox.capabilities import (
     missing_capabilities,
 )
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable
+from swe_sandbox.network.policy import network_policy_of, proxy_environment, refuse_all
 from swe_sandbox.errors import (
     ConfigError,
     ConnectionLost,
@@ -61,6 +64,8 @@ from swe_sandbox.errors import (
 from swe_sandbox.streaming import StreamEvent
 
 if TYPE_CHECKING:
+    from swe_sandbox.network.policy import NetworkPolicy
+    from swe_sandbox.network.proxy_process import AllowListProxy
     from swe_sandbox.environments.snapshot import Snapshot, SnapshotRoot
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -570,6 +575,11 @@ class Environment:
         self._seq = 0
         self._running: int | None = None  # the id of the request in flight (``cancel``)
         self.info: dict[str, Any] = {}
+        #: ``network: allowlist``: the host directory bound into the sandbox at ``SANDBOX_NET_DIR``
+        #: (the proxy's socket is in it); None otherwise or before start.
+        self.net_dir: Path | None = None
+        self._proxy: AllowListProxy | None = None
+        self._decisions_seen = 0
 
     # -- primitives backends provide -------------------------------------------------------------
     def _open_channel(self) -> Session:
@@ -626,6 +636,8 @@ class Environment:
         """The sandbox's environment: ``base``, ``DEFAULT_ENV``, ``forward_env``, then ``env``."""
         env = dict(base or {})
         env.update(DEFAULT_ENV)
+        if network_policy_of(self.config) is not None:
+            env.update(proxy_environment())
         env.update({k: os.environ[k] for k in self.config.forward_env if k in os.environ})
         env.update(self.config.env)
         return env
@@ -641,18 +653,26 @@ class Environment:
             raise SandboxError("this environment is closed")
         if self._channel is not None:
             return
-        channel = self._open_channel()
+        self._start_network()
+        try:
+            channel = self._open_channel()
+        except BaseException:
+            self._stop_network()
+            raise
         try:
             ready = channel.ready(self.config.start_timeout)
         except SandboxError as exc:
             channel.close(wait=0.5)
             self._stop()
+            self._stop_network()
             raise SandboxStartError(f"{type(self).__name__}: the runner did not start: {exc}") from None
         if ready.get("op") != "ready":
             channel.close(wait=0.5)
+            self._stop_network()
             raise ProtocolError(f"expected the runner's ready frame, got {ready!r}")
         self.info = dict(ready)
         self._channel = channel
+        self._forward_network()
         self._after_start()
 
     def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: float | None = None,
@@ -781,6 +801,8 @@ class Environment:
     def _finished(self, result: dict[str, Any]) -> dict[str, Any]:
         """``result`` after the backend's check and the submission rule (``execute``'s end)."""
         self._check_result(result)
+        if self._proxy is not None:
+            result.setdefault("extra", {})["network"] = self.network_decisions(new=True)
         submission = find_submission(result["output"], result["returncode"])
         if submission is not None:
             raise self.submitted_error(submission, result)
@@ -990,6 +1012,74 @@ class Environment:
 
         return StoreSnapshot.take(self)
 
+    # -- network (``network: allowlist``; DESIGN.md section 11) -----------------------------------
+    def set_network(self, policy: NetworkPolicy | None) -> None:
+        """Change the sandbox's allow-list for the next phase (setup, agent): the proxy is started
+        anew with ``policy`` (None: every connection refused), so every tunnel open so far ends.
+
+        Raises:
+            ConfigError: the sandbox was not made with ``network: allowlist`` (a sandbox without
+                the proxy's socket cannot be given one later).
+        """
+        if network_policy_of(self.config) is None:
+            raise ConfigError(f"set_network: this {self.config.backend} sandbox was made without network: allowlist")
+        with self._lock:
+            self.start()
+            assert self._proxy is not None
+            self._proxy.set_policy(policy if policy is not None else refuse_all())
+
+    def network_decisions(self, new: bool = False) -> list[dict[str, Any]]:
+        """The allow-list proxy's decisions (``swe_sandbox.network.policy.Decision`` dicts: host
+        asked, port, allowed, reason, bytes), oldest first; ``new``: only those not returned by an
+        earlier ``new`` call (what a command's result carries in ``extra["network"]``). Empty
+        without ``network: allowlist``; kept after close."""
+        if self._proxy is None:
+            return []
+        decisions = self._proxy.decisions()
+        if not new:
+            return decisions
+        fresh, self._decisions_seen = decisions[self._decisions_seen:], len(decisions)
+        return fresh
+
+    def _start_network(self) -> None:
+        """``network: allowlist``: the host directory bound into the sandbox and its proxy, up."""
+        policy = network_policy_of(self.config)
+        if policy is None:
+            return
+        self._require(NETWORK_ALLOWLIST, "network: allowlist")
+        from swe_sandbox.network.proxy_process import AllowListProxy
+
+        self.net_dir = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
+        os.chmod(self.net_dir, 0o755)  # the sandbox's (remapped) users reach the socket in it
+        self._proxy = AllowListProxy(policy, self.net_dir)
+        try:
+            self._proxy.start()
+        except BaseException:
+            self._stop_network()
+            raise
+
+    def _forward_network(self) -> None:
+        """Have the runner relay ``127.0.0.1:SANDBOX_PROXY_PORT`` inside to the proxy's socket."""
+        if self._proxy is None:
+            return
+        from swe_sandbox.network.policy import PROXY_SOCKET_NAME, SANDBOX_NET_DIR, SANDBOX_PROXY_PORT
+
+        request = {"op": "forward", "port": SANDBOX_PROXY_PORT, "socket": f"{SANDBOX_NET_DIR}/{PROXY_SOCKET_NAME}"}
+        with self._lock:
+            reply = last_frame(self._exchange(request))
+        if reply.get("listening") != SANDBOX_PROXY_PORT:
+            self.close()
+            raise SandboxStartError(f"{self.config.backend}: the runner could not forward the network proxy: "
+                                    f"{reply.get('error') or reply}")
+
+    def _stop_network(self) -> None:
+        """Stop the proxy (its decisions stay readable) and remove the bound directory."""
+        if self._proxy is not None:
+            self._proxy.stop()
+        if self.net_dir is not None:
+            shutil.rmtree(self.net_dir, ignore_errors=True)
+            self.net_dir = None
+
     def _require(self, capability: str, what: str) -> None:
         """Raises ConfigError when this backend lacks ``capability`` (``what``: the call asked for)."""
         lacking = missing_capabilities(type(self), self.config)
@@ -1012,7 +1102,10 @@ class Environment:
             self._lock.acquire()
         try:
             self._closed = True
-            self._close()
+            try:
+                self._close()
+            finally:
+                self._stop_network()
         finally:
             self._lock.release()
 

@@ -31,12 +31,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from swe_sandbox import capabilities as cap
-from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
+from swe_sandbox.config import ALLOWLIST, SANDBOX_PATH, NetworkedConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
@@ -93,7 +93,7 @@ os.execv(sys.argv[2], sys.argv[2:])
 """
 
 
-class BwrapConfig(EnvironmentConfig):
+class BwrapConfig(NetworkedConfig):
     """Config of the ``bwrap`` backend."""
 
     backend: str = "bwrap"
@@ -106,8 +106,12 @@ class BwrapConfig(EnvironmentConfig):
     (``mount_point_problem``)."""
     ro_binds: list[str] = Field(default_factory=list)
     """Extra host paths made visible read-only at the same path (readable by the sandbox's host uid)."""
+    network: Literal["none", "allowlist", "on"] = "none"
+    """``none`` (default): no network at all, not even the host's loopback; ``allowlist``: only the
+    names of ``allow``, through a proxy on the host reached by a socket bound into the sandbox
+    (``swe_sandbox.network``; commands get ``HTTP(S)_PROXY``); ``on``: the host's network, all of it."""
     share_net: bool = False
-    """Keep the host's network (off by default: no network at all)."""
+    """The older spelling of ``network: on`` (true keeps the host's network)."""
     python: str = ""
     """Interpreter for the runner inside; empty: ``python3`` from the system, else this process's own (bound read-only)."""
     bwrap_path: str = "bwrap"
@@ -141,6 +145,14 @@ class BwrapConfig(EnvironmentConfig):
     private directory under ``scratch.SCRATCH_PARENT``, removed at close, not size-bounded), with
     a warning. None: half of the host's memory (``scratch.default_budget``); 0: always on disk.
     /dev/shm (``SHM_SIZE``) is always tmpfs and not counted."""
+
+    @model_validator(mode="after")
+    def _share_net_is_network_on(self) -> BwrapConfig:
+        if self.share_net and self.network != "on":
+            if "network" in self.model_fields_set:
+                raise ValueError(f"share_net: true is network: on, but network is {self.network!r}: set one of them")
+            self.network = "on"
+        return self
 
     @field_validator("mount_point")
     @classmethod
@@ -523,7 +535,7 @@ def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: 
     argv = [cfg.bwrap_path, "--unshare-all", "--unshare-user", "--disable-userns", "--as-pid-1",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--hostname", "swe-sandbox"]
     argv += ["--uid", "0", "--gid", "0"] if uid0 else []
-    argv += ["--share-net"] if cfg.share_net else []
+    argv += ["--share-net"] if cfg.network == "on" else []
     argv += _system_binds() + ["--proc", "/proc", *_proc_policy(), "--dev", "/dev"]
     argv += ["--size", str(SHM_SIZE), "--tmpfs", "/dev/shm"]
     for path, name in SCRATCH_MOUNTS.items():

@@ -115,8 +115,10 @@ class DockerEngine(Engine):
             # The runner is the main process, attached: stdin open, closed when the attach ends.
             stdin_open=True, detach=False, log_config=docker.types.LogConfig(type="none"),
         )
-        if spec.workspace_volume:
-            kwargs["mounts"] = [docker.types.Mount(target=spec.working_dir, source=None, type="volume")]
+        mounts = [docker.types.Mount(target=spec.working_dir, source=None, type="volume")] if spec.workspace_volume else []
+        mounts += [docker.types.Mount(target=dst, source=src, type="bind", read_only=True) for src, dst in spec.binds.items()]
+        if mounts:
+            kwargs["mounts"] = mounts
         kwargs.update(spec.extra)
         return {k: v for k, v in kwargs.items() if v is not None}
 

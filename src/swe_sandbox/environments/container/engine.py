@@ -61,6 +61,8 @@ class ContainerSpec:
     read_only: bool
     tmpfs: dict[str, str]
     workspace_volume: bool
+    binds: dict[str, str] = field(default_factory=dict)
+    """Host directories bound read-only into the container: ``{host path: container path}``."""
     userns: str = "remap"
     """``remap``: the container's uids are mapped to unprivileged host uids (Podman: a user
     namespace of its own; Docker: the daemon's ``userns-remap``); ``host``: the host's uids."""

@@ -63,7 +63,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from swe_sandbox import capabilities as cap
-from swe_sandbox.config import SANDBOX_PATH, EnvironmentConfig
+from swe_sandbox.config import ALLOWLIST, SANDBOX_PATH, NetworkedConfig
 from swe_sandbox.environments import fallback
 from swe_sandbox.environments.base import Channel, Environment, Session, spawn_runner
 from swe_sandbox.environments.container.archive import (
@@ -176,7 +176,11 @@ OOM_PROBE = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup
              "2>/dev/null || true")
 
 
-class ContainerConfig(EnvironmentConfig):
+#: ``network`` values of ours, as the engine's network mode: ``allowlist`` has none of its own.
+ENGINE_NETWORK = {ALLOWLIST: "none", "on": "bridge"}
+
+
+class ContainerConfig(NetworkedConfig):
     """Config shared by the ``docker`` and ``podman`` backends."""
 
     image: str = "swe-sandbox/base"
@@ -206,9 +210,11 @@ class ContainerConfig(EnvironmentConfig):
     python: str = "python3"
     """Interpreter inside the image that runs the runner."""
     network: str = "none"
-    """Network mode: ``none`` (default: no network at all), ``bridge``, ``host`` (needs ``userns:
-    host``: neither engine shares the host's network namespace with a remapped container), or a
-    network name."""
+    """Network mode: ``none`` (default: no network at all), ``allowlist`` (only the names of
+    ``allow``, through a proxy on the host reached by a socket bound into the container:
+    ``swe_sandbox.network``; the container itself has no network; needs the runner and a local
+    engine), ``on`` or ``bridge`` (the engine's default network), ``host`` (needs ``userns: host``:
+    neither engine shares the host's network namespace with a remapped container), or a network name."""
     cap_drop: list[str] = Field(default_factory=lambda: ["ALL"])
     cap_add: list[str] = Field(default_factory=lambda: list(DEFAULT_CAP_ADD))
     """Capabilities kept after ``cap_drop`` for root (default: ``DEFAULT_CAP_ADD``, documented
@@ -419,7 +425,8 @@ class ContainerEnvironment(Environment):
             working_dir=cfg.mount_point,
             hostname=cfg.hostname,
             init=cfg.init and cfg.runner == "exec",  # else the runner is PID 1 (see _launcher)
-            network=cfg.network,
+            network=ENGINE_NETWORK.get(cfg.network, cfg.network),
+            binds=self.network_binds(),
             cap_add=[] if self.non_root else list(cfg.cap_add),
             cap_drop=list(cfg.cap_drop),
             no_new_privileges=cfg.no_new_privileges,

@@ -117,6 +117,7 @@ class PodmanEngine(Engine):
 
     def create_kwargs(self, spec: ContainerSpec) -> dict[str, Any]:
         mounts = [{"type": "tmpfs", "target": path, **_tmpfs_options(opts)} for path, opts in spec.tmpfs.items()]
+        mounts += [{"type": "bind", "source": src, "target": dst, "read_only": True} for src, dst in spec.binds.items()]
         kwargs: dict[str, Any] = dict(
             command=spec.command, name=spec.name, labels=spec.labels, environment=spec.environment,
             working_dir=spec.working_dir, hostname=spec.hostname, init=spec.init, network_mode=spec.network,

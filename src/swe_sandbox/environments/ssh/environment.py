@@ -38,7 +38,7 @@ from typing import Any, Literal
 from pydantic import Field, SecretStr
 
 from swe_sandbox import capabilities as cap
-from swe_sandbox.config import EnvironmentConfig, validate
+from swe_sandbox.config import ALLOWLIST, EnvironmentConfig, validate
 from swe_sandbox.environments import fallback
 from swe_sandbox.environments.base import Environment, Session, mount_relative
 from swe_sandbox.environments.bwrap import BASE_ENV as BWRAP_BASE_ENV
@@ -150,6 +150,9 @@ class SshEnvironment(Environment):
         if config.remote_sandbox == "bwrap":
             bcfg = validate(BwrapConfig, {**config.bwrap, "backend": "bwrap", "python": config.python},
                             section="environment.bwrap")
+            if bcfg.network == ALLOWLIST:
+                raise ConfigError(f"environment.bwrap.network: {ALLOWLIST} is not available over ssh (the proxy's "
+                                  "socket is not forwarded to the remote host): use none or on")
             self._policy = RemoteBwrap(bcfg, workspace)
             self.isolation = "bwrap on the remote host: " + BwrapEnvironment.isolation
         self._given = config  # as the caller gave it: a fork's config (sibling_config)
