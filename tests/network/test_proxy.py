@@ -82,6 +82,8 @@ def refused_cases(port: int) -> list[tuple[bytes, str, str]]:
          "user info in target"),
         (b"CONNECT localhost:443 HTTP/1.1\r\n\r\n", "localhost", "resolves to a non-public address 127.0.0.1"),
         (b"GET / HTTP/1.1\r\nHost: index.test\r\n\r\n", "/", "not an absolute http:// URL"),
+        (f"GET http://index.test:{port}/ HTTP/1.1\r\nHost: evil.test\r\n\r\n".encode(), "index.test",
+         "Host header names another host"),
     ]
 
 
@@ -236,3 +238,18 @@ def test_gc_kills_a_proxy_whose_owner_is_gone(index: int, short_dir: Path) -> No
         assert wait_group_gone(pgid) == []
     finally:
         proxy.stop()
+
+
+def test_acceptors_die_with_the_server(index: int, short_dir: Path) -> None:
+    (short_dir / "net").mkdir()
+    proxy = AllowListProxy(index_policy(index), short_dir / "net", state_dir=short_dir / "state")
+    proxy.start()
+    try:
+        assert proxy.pid is not None
+        acceptors = [pid for pid in live_group_members(proxy.pid) if pid != proxy.pid]
+        assert acceptors
+        os.kill(proxy.pid, signal.SIGKILL)  # the server alone: PR_SET_PDEATHSIG takes its children
+        assert wait_group_gone(proxy.pid) == []
+    finally:
+        proxy.stop()
+    assert not proxy.socket_path.exists()

@@ -182,6 +182,19 @@ def choose_address(rules: NetworkPolicy, host: str, port: int) -> tuple[str | No
     return None, f"resolves to a non-public address {shown}"
 
 
+def host_header_mismatch(request: HttpParser, host: str) -> bool:
+    """Whether a plain request's ``Host`` header names another host than ``host`` (the URL's, normalized).
+
+    A request to an allowed server's address must not ask it, by the header, for another site it serves.
+    """
+    if request.is_https_tunnel or not request.has_header(b"host"):
+        return False
+    header = request.header(b"host").decode("latin-1").strip()
+    if header.startswith("["):
+        return True
+    return normalize_host(header.rsplit(":", 1)[0] if ":" in header else header) != host
+
+
 def reject(reason: str) -> HttpRequestRejected:
     """The 403 a refused request gets (the reason is its body)."""
     return HttpRequestRejected(
@@ -239,6 +252,8 @@ class AllowListPlugin(HttpProxyBasePlugin):
             normalize_host(target.host) != parsed or target.port != request.port
         ):
             reason = "raw IP address" if is_ip_literal(parsed) else "target does not parse the same"
+        if reason is None and host_header_mismatch(request, parsed):
+            reason = "Host header names another host"
         if reason is None and target.port is not None:
             reason = policy().decide(target.host, target.port)
         address: str | None = None
@@ -269,9 +284,11 @@ class AllowListPlugin(HttpProxyBasePlugin):
         if request.is_https_tunnel or self.target is None:
             return request
         host = normalize_host((request.host or b"").decode("latin-1"))
+        method = (request.method or b"").decode("latin-1")
         if (host, request.port) != self.target:
-            method = (request.method or b"").decode("latin-1")
             raise self._refuse(host, request.port, method, f"keep-alive request to another host than {self.target[0]}")
+        if host_header_mismatch(request, host):
+            raise self._refuse(host, request.port, method, "Host header names another host")
         return request
 
     def handle_upstream_chunk(self, chunk: memoryview) -> memoryview | None:
