@@ -253,3 +253,14 @@ def test_acceptors_die_with_the_server(index: int, short_dir: Path) -> None:
     finally:
         proxy.stop()
     assert not proxy.socket_path.exists()
+
+
+def test_a_shared_state_directory_is_refused(short_dir: Path) -> None:
+    (short_dir / "net").mkdir()
+    (short_dir / "state").mkdir(mode=0o777)
+    (short_dir / "state").chmod(0o777)
+    proxy = AllowListProxy(NetworkPolicy(), short_dir / "net", state_dir=short_dir / "state")
+    with pytest.raises(SandboxStartError, match="not ours alone"):
+        proxy.start()
+    assert proxy.pid is None
+    assert gc(short_dir / "state") == 0

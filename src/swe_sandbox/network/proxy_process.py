@@ -54,6 +54,12 @@ def process_start_time(pid: int) -> int | None:
     return None if fields[0] == "Z" else int(fields[19])
 
 
+def owned_privately(directory: Path) -> bool:
+    """Whether ``directory`` is owned by this user and writable by no one else (``gc`` trusts its records)."""
+    info = directory.lstat()
+    return info.st_uid == os.getuid() and not info.st_mode & 0o022 and directory.is_dir() and not directory.is_symlink()
+
+
 def live_group_members(pgid: int) -> list[int]:
     """The pids of process group ``pgid`` that are not zombies (from ``/proc``)."""
     members = []
@@ -122,10 +128,14 @@ class AllowListProxy:
             timeout (float): seconds to wait for it; default 30.
 
         Raises:
-            SandboxStartError: it exited or did not come up in time (the message quotes its stderr).
+            SandboxStartError: it exited or did not come up in time (the message quotes its stderr), or
+                the state directory is not owned by this user alone.
         """
         if self._process is not None:
             return
+        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not owned_privately(self.state_dir):
+            raise SandboxStartError(f"the proxy state directory {self.state_dir} is not ours alone (owner, mode)")
         if self._private is None:
             self._private = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
         policy_file = self._private / "policy.json"
@@ -170,7 +180,6 @@ class AllowListProxy:
 
     def _record(self) -> None:
         assert self._process is not None and self._private is not None
-        self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         state = {
             "owner_pid": os.getpid(), "owner_start": process_start_time(os.getpid()),
             "pgid": self._process.pid, "proxy_start": process_start_time(self._process.pid),
@@ -248,6 +257,8 @@ class AllowListProxy:
 def gc(state_dir: Path | None = None) -> int:
     """Kill the proxies whose owner process is gone, and forget stale records.
 
+    A state directory not owned by this user alone (or writable by others) is not read.
+
     Args:
         state_dir (Path | None): where proxies are recorded; default ``state_directory()``.
 
@@ -256,7 +267,9 @@ def gc(state_dir: Path | None = None) -> int:
     """
     directory = state_dir or state_directory()
     killed = 0
-    for record in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+    if not directory.is_dir() or not owned_privately(directory):
+        return 0
+    for record in sorted(directory.glob("*.json")):
         try:
             state = json.loads(record.read_text())
         except (OSError, ValueError):
