@@ -136,25 +136,28 @@ class AllowListProxy:
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not owned_privately(self.state_dir):
             raise SandboxStartError(f"the proxy state directory {self.state_dir} is not ours alone (owner, mode)")
-        if self._private is None:
-            self._private = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
-        policy_file = self._private / "policy.json"
-        policy_file.write_text(self.policy.model_dump_json())
-        stderr = open(self._private / "stderr.log", "ab")  # noqa: SIM115 - the child owns it
-        command = [
-            sys.executable, "-m", "swe_sandbox.network.serve", "--socket", str(self.socket_path),
-            "--policy", str(policy_file), "--log", str(self._private / "decisions.jsonl"),
-        ]
-        with stderr:
-            self._process = subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
-            )
+        self._process = self._spawn()
         try:
             self._wait_ready(timeout)
         except SandboxStartError:
             self._kill()
             raise
         self._record()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        """Write the policy into the private directory (made once) and start serve.py on it."""
+        if self._private is None:
+            self._private = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
+        policy_file = self._private / "policy.json"
+        policy_file.write_text(self.policy.model_dump_json())
+        command = [
+            sys.executable, "-m", "swe_sandbox.network.serve", "--socket", str(self.socket_path),
+            "--policy", str(policy_file), "--log", str(self._private / "decisions.jsonl"),
+        ]
+        with open(self._private / "stderr.log", "ab") as stderr:  # the child keeps its own copy
+            return subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+            )
 
     def _wait_ready(self, timeout: float) -> None:
         assert self._process is not None and self._process.stdout is not None
