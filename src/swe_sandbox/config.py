@@ -133,6 +133,12 @@ class NetworkedConfig(EnvironmentConfig):
         return NetworkPolicy(allow=self.allow, resolve=self.resolve)
 
 
+def network_policy_of(config: EnvironmentConfig) -> NetworkPolicy | None:
+    """``config``'s allow-list policy (``NetworkedConfig.network_policy``); None for a backend
+    without one or another ``network``."""
+    return config.network_policy() if isinstance(config, NetworkedConfig) else None
+
+
 def _checked_policy(**fields: Any) -> NetworkPolicy:
     """``NetworkPolicy(**fields)``; its first error as a ValueError (pydantic then names our field)."""
     try:

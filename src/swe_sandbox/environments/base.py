@@ -49,8 +49,8 @@ from swe_sandbox.capabilities import (
     SNAPSHOT,
     missing_capabilities,
 )
-from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable
-from swe_sandbox.network.policy import network_policy_of, proxy_environment, refuse_all
+from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable, network_policy_of
+from swe_sandbox.network.policy import NetworkPolicy, proxy_environment
 from swe_sandbox.errors import (
     ConfigError,
     ConnectionLost,
@@ -64,7 +64,6 @@ from swe_sandbox.errors import (
 from swe_sandbox.streaming import StreamEvent
 
 if TYPE_CHECKING:
-    from swe_sandbox.network.policy import NetworkPolicy
     from swe_sandbox.network.proxy_process import AllowListProxy
     from swe_sandbox.environments.snapshot import Snapshot, SnapshotRoot
 
@@ -235,6 +234,12 @@ def check_reset_reply(reply: dict[str, Any]) -> None:
                 or not all(isinstance(v, str) or (v is None and field == "entries") for v in values):
             raise ProtocolError(f"the sandbox sent an invalid reset reply ({field}={str(value)[:80]!r}); "
                                 "the sandbox is no longer trusted")
+
+
+def check_forward_reply(reply: dict[str, Any]) -> None:
+    """Raise ProtocolError unless ``reply`` is a forward result (``listening`` or ``error``)."""
+    if reply.get("op") != "result" or not (isinstance(reply.get("listening"), int) or isinstance(reply.get("error"), str)):
+        raise ProtocolError(f"bad forward reply from the runner: {str(reply)[:200]}")
 
 
 class KillAllReply(NamedTuple):
@@ -891,6 +896,8 @@ class Environment:
                     check_chunk(frame, request)
                 elif request["op"] == "reset":
                     check_reset_reply(frame)
+                elif request["op"] == "forward":
+                    check_forward_reply(frame)
                 else:
                     check_result(frame, request["max_output_bytes"], stderr=request.get("stderr") == "separate")
                 yield frame
@@ -1026,7 +1033,7 @@ class Environment:
         with self._lock:
             self.start()
             assert self._proxy is not None
-            self._proxy.set_policy(policy if policy is not None else refuse_all())
+            self._proxy.set_policy(policy if policy is not None else NetworkPolicy())
 
     def network_decisions(self, new: bool = False) -> list[dict[str, Any]]:
         """The allow-list proxy's decisions (``swe_sandbox.network.policy.Decision`` dicts: host
@@ -1064,7 +1071,8 @@ class Environment:
             return
         from swe_sandbox.network.policy import PROXY_SOCKET_NAME, SANDBOX_NET_DIR, SANDBOX_PROXY_PORT
 
-        request = {"op": "forward", "port": SANDBOX_PROXY_PORT, "socket": f"{SANDBOX_NET_DIR}/{PROXY_SOCKET_NAME}"}
+        request = {"op": "forward", "port": SANDBOX_PROXY_PORT, "socket": f"{SANDBOX_NET_DIR}/{PROXY_SOCKET_NAME}",
+                   "timeout": self.config.start_timeout}
         with self._lock:
             reply = last_frame(self._exchange(request))
         if reply.get("listening") != SANDBOX_PROXY_PORT:

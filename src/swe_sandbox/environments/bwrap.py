@@ -36,11 +36,12 @@ from typing import IO, Literal
 from pydantic import Field, field_validator, model_validator
 
 from swe_sandbox import capabilities as cap
-from swe_sandbox.config import ALLOWLIST, SANDBOX_PATH, NetworkedConfig
+from swe_sandbox.config import SANDBOX_PATH, NetworkedConfig
 from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
 from swe_sandbox.environments.snapshot import SnapshotRoot
+from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, descendants
 
@@ -401,8 +402,8 @@ class BwrapEnvironment(Environment):
         """The full bubblewrap command line (useful to debug the policy): ``bwrap_policy``, then
         the runner. Args as ``bwrap_policy``'s."""
         python = runner_python(self.config)[0]
-        return [*bwrap_policy(self.config, self.workspace, seccomp_fd=seccomp_fd, uid0=uid0, scratch=self._scratch),
-                python, *ISOLATED, "-c", BOOTSTRAP]
+        return [*bwrap_policy(self.config, self.workspace, seccomp_fd=seccomp_fd, uid0=uid0, scratch=self._scratch,
+                              net_dir=self.net_dir), python, *ISOLATED, "-c", BOOTSTRAP]
 
     def _open_channel(self) -> Channel:
         cfg = self.config
@@ -517,7 +518,7 @@ def runner_python(cfg: BwrapConfig) -> tuple[str, list[str]]:
 
 
 def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: int | None = None,
-                 uid0: bool = False, scratch: str | None = None) -> list[str]:
+                 uid0: bool = False, scratch: str | None = None, net_dir: str | os.PathLike | None = None) -> list[str]:
     """The bwrap backend's policy (module doc) as a bubblewrap command line, up to and including
     its ``--``: what follows is the command to run inside. Used here and by ssh's remote bwrap.
 
@@ -528,6 +529,8 @@ def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: 
         uid0: map the sandbox's uid and gid 0 to the (unprivileged) uid bwrap runs as.
         scratch: a directory of ``scratch.make_scratch`` whose subdirectories are bound at /tmp
             and /var/tmp; None: tmpfs of ``cfg.tmp_size_bytes`` there.
+        net_dir: ``network: allowlist``: the host directory holding the proxy's socket, bound
+            read-only at ``SANDBOX_NET_DIR`` (the sandbox has no network of its own).
 
     Returns:
         list[str]: starting with ``cfg.bwrap_path``, ending with ``--chdir MOUNT_POINT --``.
@@ -544,6 +547,7 @@ def bwrap_policy(cfg: BwrapConfig, workspace: str | os.PathLike, *, seccomp_fd: 
     binds = runner_python(cfg)[1]  # after the tmpfs mounts, which would hide a bind under /tmp
     for path in cfg.ro_binds:
         argv += ["--ro-bind", path, path]
+    argv += ["--ro-bind", str(net_dir), SANDBOX_NET_DIR] if net_dir is not None else []
     argv += binds + ["--bind", str(workspace), cfg.mount_point, "--remount-ro", "/dev", "--remount-ro", "/"]
     argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
     return argv + ["--chdir", cfg.mount_point, "--"]

@@ -556,6 +556,8 @@ def missing_capabilities(shared_host: bool = False) -> dict[str, str]:
         cap.SEPARATE_STDERR: "exec fallback: the exec's stderr carries the wrapper's status line, so a command's "
                              "stderr is merged into its output inside the sandbox",
         cap.RUN_AS_USER: "exec fallback: every command runs as the user the exec runs as",
+        cap.NETWORK_ALLOWLIST: "exec fallback: no runner lives beside the commands to relay the sandbox's loopback "
+                               "to the allow-list proxy's socket",
         cap.RESET_IN_PLACE: "exec fallback: no runner outlives a command to kill every other process and prove the "
                             "process table empty (a snapshot's forks are fresh sandboxes instead)",
         cap.PRIVATE_COMMAND_OUTPUT: "exec fallback: a background job can write into a later command's output (the "

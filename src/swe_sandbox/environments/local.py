@@ -63,7 +63,9 @@ class LocalEnvironment(Environment):
                 cap.UNREACHABLE_RUNNER_CHANNEL: "no isolation: the host process holding the other ends of the "
                                                 "runner's pipes runs as the commands' user",
                 cap.SETID_FREE_WORKSPACE: "no isolation: commands run on the host and write the caller's own "
-                                          "directories directly"}
+                                          "directories directly",
+                cap.NETWORK_ALLOWLIST: "no isolation: commands use the host's network; nothing could keep them to "
+                                       "an allow-list"}
         if os.geteuid() != 0:
             gaps[cap.RUN_AS_USER] = "commands run as the calling user, who is not root and cannot become another"
         if os.geteuid() == 0:

@@ -93,6 +93,7 @@ from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
 from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot, release
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
+from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
 from swe_sandbox.runner import BOOTSTRAP
 
@@ -318,6 +319,9 @@ class ContainerEnvironment(Environment):
     def missing_capabilities(cls, config: ContainerConfig) -> dict[str, str]:
         """What the conformance kit must not expect here (``swe_sandbox.capabilities``)."""
         gaps = {cap.SNAPSHOT: READ_ONLY_SNAPSHOT, cap.RESET_IN_PLACE: READ_ONLY_SNAPSHOT} if config.read_only else {}
+        if config.url and not config.url.startswith("unix://"):
+            gaps[cap.NETWORK_ALLOWLIST] = (f"a remote engine ({config.url}): the proxy's socket on this host cannot be "
+                                           "bound into its containers")
         if config.runner != "exec":
             return {**gaps, cap.RUN_AS_USER: f"the runner runs as the configured user {config.user!r}, not root"} \
                 if config.user.partition(":")[0] not in ("", "0", "root") else gaps
@@ -411,6 +415,10 @@ class ContainerEnvironment(Environment):
         passwd lacks, Docker would say ``/`` and Podman the working directory; ``env`` may override."""
         uid = self.config.user.partition(":")[0]
         return {"HOME": self.config.mount_point} if uid.isdigit() and uid != "0" else {}
+
+    def network_binds(self) -> dict[str, str]:
+        """``network: allowlist``: the proxy's socket directory, bound at ``SANDBOX_NET_DIR``."""
+        return {str(self.net_dir): SANDBOX_NET_DIR} if self.net_dir is not None else {}
 
     def container_spec(self) -> ContainerSpec:
         cfg = self.config

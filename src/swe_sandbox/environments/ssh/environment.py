@@ -122,7 +122,8 @@ class SshEnvironment(Environment):
         import getpass
 
 
-        gaps: dict[str, str] = {}
+        gaps: dict[str, str] = {cap.NETWORK_ALLOWLIST: "the allow-list proxy's socket is not forwarded to the remote "
+                                                       "host (remote bwrap takes network: none or on)"}
         if config.remote_sandbox == "none":
             root = "SSH alone is not a sandbox: commands run as the SSH user, here root, "
             gaps[cap.HOST_ISOLATION] = "SSH alone is not a sandbox: commands run on the remote host itself"
