@@ -5,68 +5,24 @@ Nothing here needs a backend: the proxy runs as a plain host process, the server
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import shutil
 import socket
 import tempfile
 import threading
-import zipfile
 from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from swe_sandbox.network import AllowListProxy, NetworkPolicy
-
-WHEEL = "tinypkg-0.1-py3-none-any.whl"
-
-
-def _record_line(name: str, data: bytes) -> str:
-    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-    return f"{name},sha256={digest},{len(data)}"
-
-
-def write_wheel(path: Path) -> None:
-    """A minimal valid wheel of ``tinypkg`` 0.1."""
-    files = {
-        "tinypkg/__init__.py": b"VALUE = 1\n",
-        "tinypkg-0.1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: tinypkg\nVersion: 0.1\n",
-        "tinypkg-0.1.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [_record_line(name, data) for name, data in files.items()] + ["tinypkg-0.1.dist-info/RECORD,,"]
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(name, data)
-        archive.writestr("tinypkg-0.1.dist-info/RECORD", "\n".join(record) + "\n")
-
-
-class KeepAliveHandler(SimpleHTTPRequestHandler):
-    """Static files over HTTP/1.1 (keep-alive), quietly."""
-
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        pass
+from swe_sandbox.testing.package_index import WHEEL, package_index  # noqa: F401 - WHEEL for the tests
 
 
 @pytest.fixture(scope="module")
 def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """A simple package index (``/simple/tinypkg/``) on 127.0.0.1; yields its port."""
-    root = tmp_path_factory.mktemp("index")
-    (root / "files").mkdir()
-    write_wheel(root / "files" / WHEEL)
-    (root / "simple" / "tinypkg").mkdir(parents=True)
-    (root / "simple" / "tinypkg" / "index.html").write_text(f'<a href="../../files/{WHEEL}">{WHEEL}</a>\n')
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(KeepAliveHandler, directory=str(root)))
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with package_index(tmp_path_factory.mktemp("index")) as port:
+        yield port
 
 
 def index_policy(port: int) -> NetworkPolicy:

@@ -50,7 +50,6 @@ from swe_sandbox.capabilities import (
     missing_capabilities,
 )
 from swe_sandbox.config import DEFAULT_ENV, EnvironmentConfig, check_env, encodable, network_policy_of
-from swe_sandbox.network.policy import NetworkPolicy, proxy_environment
 from swe_sandbox.errors import (
     ConfigError,
     ConnectionLost,
@@ -61,11 +60,12 @@ from swe_sandbox.errors import (
     SandboxStartError,
     Submitted,
 )
+from swe_sandbox.network.policy import NetworkPolicy, proxy_environment
 from swe_sandbox.streaming import StreamEvent
 
 if TYPE_CHECKING:
-    from swe_sandbox.network.proxy_process import AllowListProxy
     from swe_sandbox.environments.snapshot import Snapshot, SnapshotRoot
+    from swe_sandbox.network.proxy_process import AllowListProxy
 
 SUBMIT_SENTINEL = "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 #: Extra seconds the host waits beyond a command's timeout before it calls the sandbox dead. The
@@ -1079,6 +1079,7 @@ class Environment:
             self.close()
             raise SandboxStartError(f"{self.config.backend}: the runner could not forward the network proxy: "
                                     f"{reply.get('error') or reply}")
+        self.info["network"] = {"proxy": f"http://127.0.0.1:{SANDBOX_PROXY_PORT}", "proxy_pid": self._proxy.pid}
 
     def _stop_network(self) -> None:
         """Stop the proxy (its decisions stay readable) and remove the bound directory."""

@@ -41,8 +41,8 @@ from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
 from swe_sandbox.environments.snapshot import SnapshotRoot
-from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SandboxStartError
+from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, descendants
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")

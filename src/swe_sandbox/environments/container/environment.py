@@ -93,8 +93,8 @@ from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
 from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot, release
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
-from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxDied, SandboxError, SandboxStartError
+from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.runner import BOOTSTRAP
 
 #: Capabilities kept by default (everything else is dropped). Root in the sandbox can still own,
