@@ -70,6 +70,7 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
     table.add_column("Backend", no_wrap=True)
     table.add_column("Usable here", overflow="fold")
     table.add_column("Isolation", overflow="fold")
+    table.add_column("Allow-list", no_wrap=True)
     table.add_column("Self-check", overflow="fold")
     table.add_column("Result", no_wrap=True)
     for row, required in rows:
@@ -85,13 +86,20 @@ def render_check(rows: list[tuple[dict[str, Any], bool]]) -> None:
             checks.append(("" if i == 0 else "\n") + ("ok   " if good else "FAIL ") + text,
                           style=None if good else "red")
         result = Text("PASS", style="bold green") if row["ok"] else Text("FAIL", style="bold red")
-        table.add_row(name, usable, isolation, checks or Text("-"), result)
+        can, _ = row.get("allowlist") or (False, "")
+        allowlist = Text("-") if not row["usable"] else Text("yes", style="green") if can else \
+            Text("no", style="yellow")
+        table.add_row(name, usable, isolation, allowlist, checks or Text("-"), result)
     console.print(table)
     if any(row["backend"] == "local" for row, _ in rows):
         console.print(Text(
             "WARNING: the 'local' backend has NO ISOLATION: commands run directly on this host, as you, "
             "with your files, credentials and network. Use it only for commands you trust.",
             style="bold red"))
+    lacking = [(row["backend"], row["allowlist"][1]) for row, _ in rows
+               if row["usable"] and "allowlist" in row and not row["allowlist"][0]]
+    for backend, why in lacking:
+        console.print(f"{backend}: network: allowlist {why}")
     for row, required in rows:
         if not row["ok"]:
             why = row.get("reason") or "; ".join(text for good, text in row["steps"] if not good)

@@ -25,6 +25,7 @@ remove its container; the container's lifetime guard ends it after environment.m
 the latest, and gc removes it now, with the snapshot images (docker, podman) and snapshot stores
 (bwrap, local, ssh: under /var/tmp) of dead owners. What an owner that still runs made is kept;
 an image a container still uses too. Engines that are not installed or not running are skipped.
+Allow-list proxies (network: allowlist) whose owner is gone are killed too (not with --dry-run).
 Exit status 0, or 1 when an engine failed to list or remove.
 """
 
@@ -79,6 +80,11 @@ def gc_command(
         from swe_sandbox.environments.snapshot import gc_stores
 
         report += gc_stores(dry_run=dry_run)
+        if not dry_run:  # allow-list proxies of dead owners (they end with their owner; this is the rest)
+            from swe_sandbox.network.proxy_process import gc as gc_proxies
+
+            report += [{"backend": "network", "id": "", "run_id": "", "owner_pid": "", "action": "removed"}
+                       for _ in range(gc_proxies())]
     failed = any(entry["action"].startswith("error") for entry in report)
     if as_json:
         typer.echo(json.dumps(report))

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from swe_sandbox.backends import BACKENDS, backend_names
+from swe_sandbox.capabilities import NETWORK_ALLOWLIST, missing_capabilities
 from swe_sandbox.config import load_environment_config, preset_names
 from swe_sandbox.environments import environment_class, get_environment
 from swe_sandbox.environments.base import Environment
@@ -72,7 +73,8 @@ def check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
 
     Returns:
         dict: ``backend``, ``usable`` (bool), ``isolation``, ``steps`` (``[(good, text)]``), ``ok``
-        (bool), and ``reason`` when it is not usable.
+        (bool), ``allowlist`` (``allowlist_support``) once the config loads, and ``reason`` when it
+        is not usable.
 
     Raises:
         ConfigError: only with ``raise_config_errors`` (the config or ``overrides`` are invalid);
@@ -103,9 +105,23 @@ def check_backend(name: str, spec: Any, overrides: list[str] | None = None, *,
         row["reason"] = f"{type(exc).__name__}: {one_line(str(exc))}"
         return row
     row["isolation"] = getattr(environment, "isolation", "") or row["isolation"]  # per config (ssh + bwrap)
+    row["allowlist"] = allowlist_support(environment)
     self_check(environment, row)
     row["ok"] = bool(row["steps"]) and all(good for good, _ in row["steps"])
     return row
+
+
+def allowlist_support(environment: Environment) -> tuple[bool, str]:
+    """Whether ``network: allowlist`` works for this backend here: ``(yes, "yes")``, or
+    ``(False, why)`` (the backend's declaration, or proxy.py missing on this host)."""
+    import importlib.util
+
+    missing = missing_capabilities(type(environment), environment.config)
+    if NETWORK_ALLOWLIST in missing:
+        return False, "no: " + missing[NETWORK_ALLOWLIST]
+    if importlib.util.find_spec("proxy") is None:
+        return False, "no: proxy.py is not installed (pip install proxy.py)"
+    return True, "yes"
 
 
 def self_check(environment: Environment, row: dict[str, Any]) -> None:
