@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
     from swe_sandbox.environments.base import Environment
     from swe_sandbox.environments.snapshot import Snapshot
+    from swe_sandbox.network.policy import NetworkPolicy
     from swe_sandbox.streaming import StreamEvent
 
 __all__ = ["AsyncEnvironment", "afork", "get_environment"]
@@ -286,6 +287,20 @@ class AsyncEnvironment:
                 sandbox is closed on ``ResetFailed``).
         """
         await self._call(functools.partial(self.sync.reset, snap))
+
+    async def set_network(self, policy: NetworkPolicy | None) -> None:
+        """Change the allow-list for the next phase (``Environment.set_network``: the proxy starts
+        anew with ``policy``; None refuses everything).
+
+        Raises:
+            ConfigError: the sandbox was made without ``network: allowlist``.
+        """
+        await self._call(functools.partial(self.sync.set_network, policy))
+
+    def network_decisions(self) -> list[dict[str, Any]]:
+        """The allow-list proxy's decisions so far (``Environment.network_decisions``; reads a log
+        file, no round trip to the sandbox)."""
+        return self.sync.network_decisions()
 
     async def close(self) -> None:
         """End every process started in the sandbox and remove it; then the worker thread ends. Idempotent.
