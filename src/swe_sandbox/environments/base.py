@@ -1060,7 +1060,7 @@ class Environment:
         os.chmod(self.net_dir, 0o755)  # the sandbox's (remapped) users reach the socket in it
         self._proxy = AllowListProxy(policy, self.net_dir)
         try:
-            self._proxy.start()
+            self._proxy.launch()  # comes up while the sandbox does (``_forward_network`` waits)
         except BaseException:
             self._stop_network()
             raise
@@ -1071,6 +1071,11 @@ class Environment:
             return
         from swe_sandbox.network.policy import PROXY_SOCKET_NAME, SANDBOX_NET_DIR, SANDBOX_PROXY_PORT
 
+        try:
+            self._proxy.wait_ready(self.config.start_timeout)
+        except SandboxStartError:
+            self.close()
+            raise
         request = {"op": "forward", "port": SANDBOX_PROXY_PORT, "socket": f"{SANDBOX_NET_DIR}/{PROXY_SOCKET_NAME}",
                    "timeout": self.config.start_timeout}
         with self._lock:

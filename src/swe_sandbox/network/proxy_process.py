@@ -102,6 +102,7 @@ class AllowListProxy:
         self.state_dir = state_dir or state_directory()
         self._private: Path | None = None
         self._process: subprocess.Popen[bytes] | None = None
+        self._ready = False
         self._decisions: list[dict[str, Any]] = []
 
     @property
@@ -131,18 +132,40 @@ class AllowListProxy:
             SandboxStartError: it exited or did not come up in time (the message quotes its stderr), or
                 the state directory is not owned by this user alone.
         """
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the proxy without waiting for it (``wait_ready`` then does): the caller can start
+        its sandbox meanwhile. Idempotent.
+
+        Raises:
+            SandboxStartError: the state directory is not owned by this user alone.
+        """
         if self._process is not None:
             return
         self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not owned_privately(self.state_dir):
             raise SandboxStartError(f"the proxy state directory {self.state_dir} is not ours alone (owner, mode)")
         self._process = self._spawn()
+        self._record()
+        self._ready = False
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        """Wait until the launched proxy accepts connections (at once when it already does).
+
+        Raises:
+            SandboxStartError: it exited or did not come up in ``timeout`` seconds (default 30;
+                the message quotes its stderr); it is stopped then.
+        """
+        if self._ready:
+            return
         try:
             self._wait_ready(timeout)
         except SandboxStartError:
             self._kill()
             raise
-        self._record()
+        self._ready = True
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         """Write the policy into the private directory (made once) and start serve.py on it."""
