@@ -116,3 +116,21 @@ def test_bad_allow_lists_name_the_field_and_line(fields, says, tmp_path: Path):
     with pytest.raises(ConfigError, match=None) as caught:
         load_tasks(path)
     assert says in str(caught.value), caught.value
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_groups_samples_run_with_the_agents_network(backend, index_port, calc_repo, tmp_path):
+    """``rollout_group``: the prepared sandbox ran setup with the setup's allow-list; each sample's
+    sandbox (a fork of its snapshot, or a fresh one) is switched to the agent's before it runs."""
+    from swe_sandbox.batch.groups import rollout_group
+
+    require_backend(backend)
+    url = f"http://{{}}.test:{index_port}/simple/tinypkg/"
+    task = load_tasks(write_tasks(tmp_path / "t.jsonl", [calc_task(
+        "g", calc_repo, setup_command=f"{fetch(url.format('setup'))} | grep -q '^OK 200'", setup_network="allowlist",
+        setup_allow=[f"setup.test:{index_port}"])]))[0]
+    outputs = [fetch(url.format("setup")), fetch(url.format("index")), SUBMIT]
+    group = rollout_group(task, 2, run_config(outputs), env_config(backend, index_port, tmp_path.name), evaluate=False)
+    for result in group.results:
+        assert result.exit_status == "Submitted", result.error
+        assert seen(result.network["agent"]) == {("setup.test", False), ("index.test", True)}, (group.mode, result.network)
