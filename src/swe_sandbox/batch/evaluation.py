@@ -51,6 +51,7 @@ from swe_sandbox.batch.integrity import outcomes, patch_policy, protected
 from swe_sandbox.batch.integrity import sandbox_steps as steps
 from swe_sandbox.batch.integrity.sandbox_steps import PATCH_DIR, sh, write_file
 from swe_sandbox.batch.swebench_instances import PYTEST_LOG_PARSERS
+from swe_sandbox.config import ALLOWLIST
 from swe_sandbox.errors import (
     BackendUnavailable,
     ConnectionLost,
@@ -102,6 +103,10 @@ TIMEOUT, ERROR = EvalStatus.TIMEOUT, EvalStatus.ERROR
 EVAL_STATUSES = tuple(EvalStatus)
 
 
+#: The evaluation directory's file of the proxy's decisions per phase (``write_eval_files``).
+NETWORK_FILE = "network.json"
+
+
 class EvalResult(BaseModel):
     """How one prediction fared."""
 
@@ -137,6 +142,9 @@ class EvalResult(BaseModel):
     """Protected paths the patch touched and the policy reset: ``{"path", "why"}``."""
     sandbox_died: bool = False
     """The sandbox died while the patched code ran: the patch's outcome (unresolved)."""
+    network: dict[str, Any] = {}
+    """What the allow-list proxy decided in each phase of the evaluation sandbox
+    (``phases.PhaseLog.summary``: ``{"setup": {...}, "eval": {...}}``); empty: no sandbox."""
 
 
 def patch_sha256(patch: str | None) -> str:
@@ -179,7 +187,8 @@ def evaluate(task: Task, patch: str | None, env_config: dict[str, Any], *,
 
 def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout: float,
               cancel: Cancellation | None, policy: str) -> EvalResult:
-    from swe_sandbox.batch.sandbox import SetupFailed, eval_env_config, task_sandbox
+    from swe_sandbox.batch.phases import EVAL, PhaseLog, sandbox_plan
+    from swe_sandbox.batch.sandbox import SetupFailed, task_sandbox
 
     if patch is None or not patch.strip():
         report = grading.instance_report(task.instance_id, patch, applied=False, resolved=False)
@@ -188,14 +197,16 @@ def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout
     if policy == STRICT and not check.allowed:
         return _refused(task, patch, check.refused)
     try:
-        with task_sandbox(task, eval_env_config(task, env_config)) as environment:
+        log = PhaseLog(sandbox_plan(task, env_config, EVAL))
+        with task_sandbox(task, env_config, network_log=log) as environment:
+            log.enter(environment)
             if cancel is None:
-                return _run(environment, task, patch, timeout, policy, check)
+                return _logged(_run(environment, task, patch, timeout, policy, check), log)
             with cancel.closing(environment):
                 result = _run(environment, task, patch, timeout, policy, check)
             if cancel.cancelled:  # its sandbox may have been closed under it: what it saw is no verdict
                 raise KeyboardInterrupt("batch cancelled")
-            return result
+            return _logged(result, log)
     except SetupFailed as exc:
         return _failed(task, patch, ERROR, str(exc))
     except (SandboxError, BackendUnavailable) as exc:
@@ -204,6 +215,12 @@ def _evaluate(task: Task, patch: str | None, env_config: dict[str, Any], timeout
         failed = infra_failed(task, patch, f"{type(exc).__name__}: {exc}")
         failed.outcome = outcome_of(exc)
         return failed
+
+
+def _logged(result: EvalResult, log: Any) -> EvalResult:
+    """``result`` with ``log``'s summary (``phases.PhaseLog``) as its ``network``."""
+    result.network = log.summary()
+    return result
 
 
 def infra_failed(task: Task, patch: str | None, error: str) -> EvalResult:
@@ -463,10 +480,13 @@ def write_eval_files(result: EvalResult, directory: Path) -> None:
     """Write ``patch.diff``, ``test_output.txt`` and, for a graded prediction (resolved or
     unresolved), ``report.json`` into ``directory`` (created), each atomically. SWE-bench's names
     and rule: an instance without ``report.json`` (patch failed, timeout, error) is an error.
-    A stale ``report.json`` of an earlier evaluation is removed."""
+    A stale ``report.json`` of an earlier evaluation is removed. ``NETWORK_FILE``: what the
+    allow-list proxy decided in each phase (``EvalResult.network``), when the sandbox had a proxy."""
 
     atomic_write_text(directory / "patch.diff", result.patch or "")
     atomic_write_text(directory / "test_output.txt", result.log)
+    if any(phase.get("decisions") or phase.get("network") == ALLOWLIST for phase in result.network.values()):
+        atomic_write_text(directory / NETWORK_FILE, to_json(result.network, indent=2) + "\n")
     report = directory / "report.json"
     if result.status in (RESOLVED, UNRESOLVED):
         atomic_write_text(report, to_json(result.report, indent=2) + "\n")

@@ -20,11 +20,12 @@ from swe_sandbox.agent.default import LIMITS_EXCEEDED, DefaultAgent, ExitStatus,
 from swe_sandbox.batch import evaluation
 from swe_sandbox.batch.evaluation import DEFAULT_EVAL_TIMEOUT_S, STRICT, EvalResult, died_outside
 from swe_sandbox.batch.images import pull_reporter
+from swe_sandbox.batch.phases import PhaseLog, sandbox_plan
 from swe_sandbox.batch.records import sample_label
 from swe_sandbox.batch.sandbox import task_sandbox
 from swe_sandbox.environments import environment_class
 from swe_sandbox.environments.container.pulling import report_pulls
-from swe_sandbox.errors import ConnectionLost, LimitsExceeded, Outcome, SandboxDied, outcome_of
+from swe_sandbox.errors import ConfigError, ConnectionLost, LimitsExceeded, Outcome, SandboxDied, outcome_of
 from swe_sandbox.models import get_model
 from swe_sandbox.redact import redact
 
@@ -108,6 +109,10 @@ class RolloutResult(BaseModel):
     single rollout."""
     group: GroupInfo | None = None
     """How a group's sample got its sandbox (None: a single rollout)."""
+    network: dict[str, Any] = {}
+    """What the allow-list proxy decided in each phase of the agent's sandbox
+    (``phases.PhaseLog.summary``: ``{"setup": {...}, "agent": {...}}``; a group's fork or reused
+    sandbox: ``agent`` only); also the trajectory's ``info.network``. Empty: no sandbox."""
 
     @property
     def label(self) -> str:
@@ -155,8 +160,12 @@ def rollout(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], 
 
     controls = Controls(cancel=cancel, budget=budget, progress=progress, eval_timeout=eval_timeout, grading=grading,
                         model_wrapper=model_wrapper)
-    return run_in(task, run_config, env_config, lambda: task_sandbox(task, env_config), evaluate, controls,
-                  trajectory_path)
+    try:
+        log: PhaseLog | None = PhaseLog(sandbox_plan(task, env_config))
+    except ConfigError:  # raised again by task_sandbox, inside the rollout: its result
+        log = None
+    return run_in(task, run_config, env_config, lambda: task_sandbox(task, env_config, network_log=log), evaluate,
+                  controls, trajectory_path, network_log=log)
 
 
 @dataclass(frozen=True)
@@ -181,10 +190,12 @@ SandboxFactory = Callable[[], AbstractContextManager["Environment"]]
 
 def run_in(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], sandbox: SandboxFactory,
            evaluate: bool, controls: Controls, trajectory_path: str | Path | None = None,
-           sample: int | None = None) -> RolloutResult:
+           sample: int | None = None, network_log: PhaseLog | None = None) -> RolloutResult:
     """``rollout`` with the agent's sandbox from ``sandbox()`` (``rollout``: the task's own, fresh;
     ``groups``: a fork of the task's snapshot). ``sample`` numbers a group's sample (its model
     config: ``model_config_for``; its progress and cost are keyed ``instance_id/sample``).
+    ``network_log``: the log ``sandbox()`` recorded the setup phase in (None: a new one, the
+    agent phase only); the agent phase is entered with it (``PhaseLog.enter``).
 
     Returns:
         RolloutResult: never raises for an agent, model or sandbox failure.
@@ -193,7 +204,7 @@ def run_in(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], s
     label = sample_label(task.instance_id, sample)
     controls.report(label, phase="starting")
     with report_pulls(pull_reporter(label, controls.progress or (lambda *a, **k: None))):  # a pull shows on its line
-        result = _run_agent(task, run_config, env_config, sandbox, trajectory_path, controls, sample)
+        result = _run_agent(task, run_config, env_config, sandbox, trajectory_path, controls, sample, network_log)
         result.started_at = wall
         if evaluate and result.done:
             controls.report(label, phase="evaluating")
@@ -257,7 +268,22 @@ def _placed(value: Any, instance_id: str, sample: int | None) -> Any:
 
 
 def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], sandbox: SandboxFactory,
-               trajectory_path: str | Path | None, controls: Controls, sample: int | None) -> RolloutResult:
+               trajectory_path: str | Path | None, controls: Controls, sample: int | None,
+               network_log: PhaseLog | None = None) -> RolloutResult:
+    if network_log is None:
+        try:
+            network_log = PhaseLog(sandbox_plan(task, env_config))
+        except ConfigError:  # raised again inside the rollout: its result
+            network_log = None
+    result = _agent_in(task, run_config, env_config, sandbox, trajectory_path, controls, sample, network_log)
+    if network_log is not None:
+        result.network = network_log.summary()
+    return result
+
+
+def _agent_in(task: Task, run_config: dict[str, Any], env_config: dict[str, Any], sandbox: SandboxFactory,
+              trajectory_path: str | Path | None, controls: Controls, sample: int | None,
+              network_log: PhaseLog | None) -> RolloutResult:
 
     backend = str(env_config.get("backend", ""))
     cancel, budget, label = controls.cancel, controls.budget, sample_label(task.instance_id, sample)
@@ -267,8 +293,11 @@ def _run_agent(task: Task, run_config: dict[str, Any], env_config: dict[str, Any
         if controls.model_wrapper is not None:
             model = controls.model_wrapper(model)
         with sandbox() as environment:
+            if network_log is None:
+                network_log = PhaseLog(sandbox_plan(task, env_config))
+            network_log.enter(environment)
             agent = make_batch_agent(model, environment, label, cancel=cancel, budget=budget,
-                                     progress=controls.progress,
+                                     progress=controls.progress, network_log=network_log,
                                      **{**run_config["agent"], "output_path": trajectory_path})
             if cancel is not None:
                 interrupt = getattr(model, "interrupt", None) or (lambda: None)  # ends a retry wait
@@ -339,10 +368,12 @@ def _result(task: Task, agent: Any, backend: str, status: str, outcome: Outcome,
 
 
 def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: Cancellation | None = None,
-                     budget: CostBudget | None = None, progress: Progress | None = None, **config: Any):
+                     budget: CostBudget | None = None, progress: Progress | None = None,
+                     network_log: PhaseLog | None = None, **config: Any):
     """A ``DefaultAgent`` that stops on ``cancel`` (``KeyboardInterrupt``, trajectory saved) and on
-    the batch's ``budget`` (``LimitsExceeded``), and reports each step (and the command it is about
-    to run) to ``progress``."""
+    the batch's ``budget`` (``LimitsExceeded``), reports each step (and the command it is about
+    to run) to ``progress``, and writes ``network_log``'s summary (what the proxy decided in each
+    phase) into its trajectory's ``info.network``."""
 
     report = progress or (lambda *a, **k: None)
 
@@ -359,6 +390,12 @@ def make_batch_agent(model: Any, env: Any, instance_id: str, *, cancel: Cancella
             actions = (message.get("extra") or {}).get("actions") or [{}]
             report(instance_id, phase="running", step=self.n_steps, cost=self.model_cost,
                    command=str(actions[0].get("command", "")))
+
+        def serialize(self) -> dict[str, Any]:
+            data = super().serialize()
+            if network_log is not None:
+                data.setdefault("info", {})["network"] = network_log.summary()
+            return data
 
     agent = BatchAgent(model, env, **config)
     if budget is not None:

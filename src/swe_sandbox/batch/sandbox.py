@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
+from swe_sandbox.batch.phases import AGENT, EVAL, SANDBOXES, PhaseLog, check_allowlist, sandbox_plan
 from swe_sandbox.config import validate
 from swe_sandbox.environments import environment_class, get_environment
 from swe_sandbox.environments.container.image_ref import built_here
@@ -44,26 +45,25 @@ def task_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
 
 
 def eval_env_config(task: Task, env_config: dict[str, Any]) -> dict[str, Any]:
-    """``env_config`` for ``task``'s evaluation sandbox: no network (``network: none`` on
-    docker/podman/bwrap, without ``allow``, ``resolve`` or ``share_net``) unless the task's
-    ``eval_network`` is ``on``."""
-    data = dict(env_config)
-    if task.eval_network == "on":
-        return data
-    if data.get("backend") in (*IMAGE_BACKENDS, "bwrap"):
-        data["network"] = "none"
-        for name in ("allow", "resolve", "share_net"):
-            data.pop(name, None)
-    return data
+    """``env_config`` for ``task``'s evaluation sandbox (``phases.sandbox_plan``'s ``eval`` plan):
+    no network (``network: none`` on docker/podman/bwrap, without ``allow``, ``resolve`` or
+    ``share_net``) unless the task's ``eval_network`` or ``setup_network`` asks for one.
+
+    Raises:
+        ConfigError: as ``phases.sandbox_plan``.
+    """
+    return sandbox_plan(task, env_config, EVAL).config
 
 
 def check_environment_config(tasks: list[Task], env_config: dict[str, Any]) -> None:
-    """Validate ``env_config`` (with each task's fields) before anything runs or is written, so a
-    typo is an error of the command, not a ``ConfigError`` recorded as every instance's result.
+    """Validate ``env_config`` (with each task's fields, and the network of each phase of its
+    two sandboxes: ``phases``) before anything runs or is written, so a typo is an error of the
+    command, not a ``ConfigError`` recorded as every instance's result.
 
     Raises:
         ConfigError: an unknown backend or field, or an invalid value (named, with the task when
-            its fields make it invalid).
+            its fields make it invalid); a task's phases that no sandbox can have (``on`` for one
+            phase only, ``allowlist`` on a backend without it).
     """
     if "backend" not in env_config:
         raise ConfigError("environment.backend: missing (e.g. backend: docker)")
@@ -74,35 +74,53 @@ def check_environment_config(tasks: list[Task], env_config: dict[str, Any]) -> N
             validate(config_class, task_env_config(task, env_config))
         except ConfigError as exc:
             raise ConfigError(f"task {task.instance_id!r}: {exc}") from None
+        for sandbox in SANDBOXES:
+            plan = sandbox_plan(task, env_config, sandbox)
+            try:
+                config = validate(config_class, task_env_config(task, plan.config))
+            except ConfigError as exc:
+                raise ConfigError(f"task {task.instance_id!r}: {sandbox} sandbox: {exc}") from None
+            check_allowlist(task, sandbox, config)
 
 
 @contextmanager
-def task_sandbox(task: Task, env_config: dict[str, Any], *,
-                 setup_timeout: float | None = None) -> Iterator[Environment]:
+def task_sandbox(task: Task, env_config: dict[str, Any], *, setup_timeout: float | None = None,
+                 sandbox: str = AGENT, network_log: PhaseLog | None = None) -> Iterator[Environment]:
     """The task's sandbox, started, workspace copied in, ``setup_command`` run; closed on exit.
 
     Args:
         task: the task.
         env_config: the environment config (a dict with ``backend``), before the task's fields.
         setup_timeout: seconds for ``setup_command``; None: ``DEFAULT_SETUP_TIMEOUT_S``.
+        sandbox: ``agent`` (default) or ``eval``: the plan of its phases' network
+            (``phases.sandbox_plan``) it is made with.
+        network_log: records the setup phase's decisions (made with the same plan); the caller
+            enters the next phase with ``network_log.enter(environment)``. None: the next phase
+            is entered here before the sandbox is yielded.
 
     Yields:
-        Environment: started. On ``local`` the workspace goes to a fresh temporary directory
-        (its ``cwd``), removed on exit.
+        Environment: started; in its setup phase's network when ``network_log`` is given. On
+        ``local`` the workspace goes to a fresh temporary directory (its ``cwd``), removed on exit.
 
     Raises:
         SetupFailed: ``setup_command`` exited non-zero.
-        ConfigError, BackendUnavailable, SandboxError: as ``get_environment`` and ``start`` raise them.
+        ConfigError, BackendUnavailable, SandboxError: as ``get_environment`` and ``start`` raise
+            them; as ``phases.sandbox_plan``.
     """
-    data = task_env_config(task, env_config)
+    plan = network_log.plan if network_log is not None else sandbox_plan(task, env_config, sandbox)
+    log = network_log or PhaseLog(plan)
+    data = task_env_config(task, plan.config)
     scratch = scratch_cwd(data, "swe-sandbox-task-") if task.workspace is not None and not task.cwd else None
     try:
         with get_environment(data) as environment:
             environment.start()
+            log.begin(environment, plan.setup)
             if task.workspace is not None:
                 _copy_workspace(environment, task)
             if task.setup_command.strip():
                 _run_setup(environment, task, setup_timeout or DEFAULT_SETUP_TIMEOUT_S)
+            if network_log is None:
+                log.enter(environment)
             yield environment
     finally:
         if scratch is not None:

@@ -26,6 +26,7 @@ from swe_sandbox.batch.jsonfiles import jsonl_items, parse_json
 from swe_sandbox.batch.records import RUN_FILES
 from swe_sandbox.batch.swebench_registry import CONTAINER_WORKDIR, missing_script_message, parser_names
 from swe_sandbox.errors import TaskFileError
+from swe_sandbox.network.policy import NetworkPolicy
 
 #: Longest ``instance_id`` (it becomes a directory and file name).
 MAX_ID_LENGTH = 200
@@ -89,9 +90,20 @@ class Task(BaseModel):
     the base commit (recorded in the verdict), or refuse the patch."""
     allow_binary: bool = False
     """Let the model patch carry binary hunks and compiled files (refused by default)."""
-    eval_network: Literal["none", "on"] = "none"
-    """The evaluation sandbox's network: ``none`` (default, whatever the agent had), or ``on``
-    (the environment config's own setting)."""
+    setup_network: Literal["none", "allowlist", "on"] | None = None
+    """The network ``setup_command`` runs with (``swe_sandbox.batch.phases``): ``none``,
+    ``allowlist`` (the names of ``setup_allow``) or ``on`` (only where the sandbox's other phase
+    is ``on`` too: a sandbox's network cannot change to or from ``on`` after start). None
+    (default): the agent's (the environment config's); in the evaluation sandbox, the evaluation's."""
+    setup_allow: list[str] = Field(default_factory=list)
+    """With ``setup_network: allowlist``: the names setup may reach (``allow``'s patterns); empty:
+    the environment config's ``allow``. ``resolve`` always comes from the environment config."""
+    eval_network: Literal["none", "allowlist", "on"] = "none"
+    """The evaluation sandbox's network: ``none`` (default, whatever the agent had),
+    ``allowlist`` (the names of ``eval_allow``) or ``on`` (the environment config's own setting)."""
+    eval_allow: list[str] = Field(default_factory=list)
+    """With ``eval_network: allowlist``: the names evaluation may reach; empty: the environment
+    config's ``allow``."""
     source_line: int = Field(default=0, exclude=True)
     """Line of the task file where this task starts (for error messages; not serialized)."""
 
@@ -131,6 +143,22 @@ class Task(BaseModel):
             except ValueError:
                 raise ValueError("expected a list of test names, or a JSON string of one") from None
         return value
+
+    @field_validator("setup_allow", "eval_allow")
+    @classmethod
+    def _allow_patterns(cls, value: list[str]) -> list[str]:
+        try:
+            return list(NetworkPolicy(allow=value).allow)
+        except ValidationError as exc:
+            raise ValueError(exc.errors()[0]["msg"].removeprefix("Value error, ")) from None
+
+    @model_validator(mode="after")
+    def _allow_needs_allowlist(self) -> Task:
+        for field, network in (("setup_allow", self.setup_network), ("eval_allow", self.eval_network)):
+            if getattr(self, field) and network != "allowlist":
+                raise ValueError(f"{field}: only with {field.replace('allow', 'network')}: allowlist "
+                                 f"(it is {network!r})")
+        return self
 
     @field_validator("log_parser")
     @classmethod
