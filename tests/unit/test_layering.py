@@ -18,7 +18,8 @@ SRC = Path(swe_sandbox.__file__).parent
 PACKAGE = "swe_sandbox"
 #: The top-level parts of ``swe_sandbox``, ground floor first (``__init__``: the package's face).
 FLOORS = [
-    {"errors", "protocols", "redact", "terminal", "capabilities", "backends", "files", "version", "streaming"},
+    {"errors", "protocols", "redact", "terminal", "capabilities", "backends", "files", "version", "streaming",
+     "network"},
     {"config", "runner", "templates", "trajectory"},
     {"environments", "images", "workspace", "aio"},
     {"models", "agent"},
