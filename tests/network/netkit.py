@@ -37,6 +37,7 @@ def index_policy(port: int) -> NetworkPolicy:
 def short_dir() -> Iterator[Path]:
     """A directory with a short path (unix socket paths are limited to 107 bytes)."""
     path = Path(tempfile.mkdtemp(prefix="net-", dir="/tmp"))
+    path.chmod(0o711)  # run by root, the proxy is nobody: it must reach the socket's directory below
     yield path
     shutil.rmtree(path, ignore_errors=True)
 

@@ -24,6 +24,7 @@ from netkit import (  # noqa: F401 - fixtures
 )
 
 from swe_sandbox.errors import SandboxStartError
+from swe_sandbox.network.plugin import MAX_HEAD, UNANSWERED
 from swe_sandbox.network import AllowListProxy, NetworkPolicy, gc
 from swe_sandbox.network.proxy_process import live_group_members
 
@@ -42,7 +43,7 @@ def wait_group_gone(pgid: int, timeout: float = 10) -> list[int]:
 
 
 def test_allowed_name_over_plain_http_and_connect(proxy: AllowListProxy, index: int) -> None:
-    answer = ask(proxy, f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.0\r\nHost: index.test\r\n\r\n".encode())
+    answer = ask(proxy, f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.0\r\nHost: index.test:{index}\r\n\r\n".encode())
     assert status(answer) == 200 and WHEEL.encode() in answer
     with open_client(proxy) as client:
         client.sendall(f"CONNECT index.test:{index} HTTP/1.1\r\nHost: index.test:{index}\r\n\r\n".encode())
@@ -84,6 +85,10 @@ def refused_cases(port: int) -> list[tuple[bytes, str, str]]:
         (b"GET / HTTP/1.1\r\nHost: index.test\r\n\r\n", "/", "not an absolute http:// URL"),
         (f"GET http://index.test:{port}/ HTTP/1.1\r\nHost: evil.test\r\n\r\n".encode(), "index.test",
          "Host header names another host"),
+        (f"GET http://index.test:{port}/ HTTP/1.1\r\nHost: index.test:1\r\n\r\n".encode(), "index.test",
+         "Host header names another host"),
+        (f"GET http://index.test:{port}/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\nHost: index.test:{port}\r\n\r\n".encode(),
+         "index.test", "more than one Host header"),
     ]
 
 
@@ -107,15 +112,33 @@ def test_a_name_resolving_to_loopback_is_refused_even_under_star(short_dir: Path
     assert len(reasons) == 1 and reasons.pop().startswith("resolves to a non-public address ")
 
 
+def test_an_endless_request_head_is_cut_and_logged(proxy: AllowListProxy, index: int) -> None:
+    """A head past ``MAX_HEAD`` ends the connection at once (the red team's 256 MB line held the
+    proxy's CPU for minutes), and is logged."""
+    with open_client(proxy) as client:
+        client.sendall(f"GET http://index.test:{index}/".encode() + b"a" * (MAX_HEAD + 4096))
+        assert read_all(client) == b""
+    (decision,) = proxy_decisions(proxy, 1)
+    assert decision["reason"] == f"request head longer than {MAX_HEAD} bytes" and not decision["allowed"]
+
+
+def test_a_connection_that_gets_no_answer_is_logged(proxy: AllowListProxy, index: int) -> None:
+    """An unfinished head, closed by the client: no decision was made, and the log says so."""
+    with open_client(proxy) as client:
+        client.sendall(f"GET http://index.test:{index}/ HTTP/1.1\r\nHost: index".encode())
+    (decision,) = proxy_decisions(proxy, 1)
+    assert (decision["reason"], decision["allowed"]) == (UNANSWERED, False)
+
+
 def test_keep_alive_request_may_not_switch_host(proxy: AllowListProxy, index: int) -> None:
     with open_client(proxy) as client:
-        client.sendall(f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.1\r\nHost: index.test\r\n\r\n".encode())
+        client.sendall(f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.1\r\nHost: index.test:{index}\r\n\r\n".encode())
         head, _ = read_response(client)
         assert status(head) == 200
-        client.sendall(f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.1\r\nHost: index.test\r\n\r\n".encode())
+        client.sendall(f"GET http://index.test:{index}/simple/tinypkg/ HTTP/1.1\r\nHost: index.test:{index}\r\n\r\n".encode())
         head, _ = read_response(client)
         assert status(head) == 200
-        client.sendall(f"GET http://other.test:{index}/ HTTP/1.1\r\nHost: other.test\r\n\r\n".encode())
+        client.sendall(f"GET http://other.test:{index}/ HTTP/1.1\r\nHost: other.test:{index}\r\n\r\n".encode())
         assert status(read_all(client)) == 403
     decisions = proxy_decisions(proxy, 2)
     assert (decisions[0]["host"], decisions[0]["allowed"]) == ("other.test", False)

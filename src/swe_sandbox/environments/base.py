@@ -1056,7 +1056,7 @@ class Environment:
         self._require(NETWORK_ALLOWLIST, "network: allowlist")
         from swe_sandbox.network.proxy_process import AllowListProxy
 
-        self.net_dir = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
+        self.net_dir = Path(tempfile.mkdtemp(prefix="swe-sandbox-sock-"))
         os.chmod(self.net_dir, 0o755)  # the sandbox's (remapped) users reach the socket in it
         self._proxy = AllowListProxy(policy, self.net_dir)
         try:

@@ -44,8 +44,14 @@ from swe_sandbox.network.policy import MAX_LOGGED_HOST, Decision, NetworkPolicy,
 POLICY_ENV = "SWE_SANDBOX_NET_POLICY"
 #: Environment variable naming the decision log (appended, one JSON object a line).
 LOG_ENV = "SWE_SANDBOX_NET_LOG"
-#: Longest request line kept, in bytes.
-MAX_LINE = 8192
+#: Longest request head (request line and headers) a connection's first request may have, in bytes:
+#: past it the connection is refused and logged (proxy.py re-parses its whole buffer at every read,
+#: so an endless head costs the host CPU time growing with its square).
+MAX_HEAD = 64 << 10
+#: The port a plain request's ``Host`` header without one means.
+DEFAULT_HTTP_PORT = 80
+#: Why a connection that closed without any decision is logged as refused.
+UNANSWERED = "no answer: an unfinished request head, or data sent after it before the answer (pipelining)"
 
 
 @dataclass
@@ -53,12 +59,24 @@ class ClientState:
     """What the handler saw of one client connection.
 
     Attributes:
-        head (bytes): the bytes received until the first CRLF (the request line), at most ``MAX_LINE``.
+        head (bytes): the bytes received until the end of the first request's head (a blank line),
+            at most ``MAX_HEAD``.
         bytes_up (int): every byte received from the client.
+        decided (bool): a decision was logged for the connection.
     """
 
     head: bytes = b""
     bytes_up: int = 0
+    decided: bool = False
+
+    def head_done(self) -> bool:
+        """Whether the first request's head is complete."""
+        return b"\r\n\r\n" in self.head
+
+    def host_headers(self) -> int:
+        """How many ``Host`` headers the first request's head holds."""
+        lines = self.head.split(b"\r\n\r\n", 1)[0].split(b"\r\n")[1:]
+        return sum(1 for line in lines if line.partition(b":")[0].strip().lower() == b"host")
 
     def request_line(self) -> str:
         """The raw request line, decoded leniently ('' until a whole line came)."""
@@ -92,6 +110,12 @@ def log_decision(decision: Decision) -> None:
         if "fd" not in _LOADED:
             _LOADED["fd"] = os.open(os.environ[LOG_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         os.write(_LOADED["fd"], (json.dumps(decision.as_dict()) + "\n").encode())
+
+
+def note(state: ClientState, decision: Decision) -> None:
+    """Log ``decision`` for the connection of ``state`` (which then counts as decided)."""
+    state.decided = True
+    log_decision(decision)
 
 
 def refused(host: str, port: int | None, method: str, reason: str, bytes_up: int = 0) -> Decision:
@@ -183,7 +207,8 @@ def choose_address(rules: NetworkPolicy, host: str, port: int) -> tuple[str | No
 
 
 def host_header_mismatch(request: HttpParser, host: str) -> bool:
-    """Whether a plain request's ``Host`` header names another host than ``host`` (the URL's, normalized).
+    """Whether a plain request's ``Host`` header names another host or port than ``host`` (the URL's,
+    normalized) and the URL's port (a header without a port means ``DEFAULT_HTTP_PORT``).
 
     A request to an allowed server's address must not ask it, by the header, for another site it serves.
     """
@@ -192,7 +217,12 @@ def host_header_mismatch(request: HttpParser, host: str) -> bool:
     header = request.header(b"host").decode("latin-1").strip()
     if header.startswith("["):
         return True
-    return normalize_host(header.rsplit(":", 1)[0] if ":" in header else header) != host
+    name, colon, port = header.rpartition(":") if ":" in header else (header, "", "")
+    if colon and (not port.isdigit() or int(port) != request.port):
+        return True
+    if not colon and request.port != DEFAULT_HTTP_PORT:
+        return True
+    return normalize_host(name) != host
 
 
 def reject(reason: str) -> HttpRequestRejected:
@@ -211,14 +241,30 @@ class RecordingHandler(HttpProtocolHandler):
             return super().handle_data(data)
         state = _CLIENTS.setdefault(self.work, ClientState())
         state.bytes_up += len(data)
-        if len(state.head) < MAX_LINE and b"\r\n" not in state.head:
-            state.head = (state.head + bytes(data))[:MAX_LINE]
+        if not state.head_done():
+            state.head = (state.head + bytes(data))[:MAX_HEAD + 1]
+            if len(state.head) > MAX_HEAD and not state.head_done():
+                target = parse_request_line(state.request_line())
+                note(state, refused(target.host, target.port, target.method,
+                                    f"request head longer than {MAX_HEAD} bytes", state.bytes_up))
+                return True
         teardown = super().handle_data(data)
         if teardown and self.plugin is None and state.request_line():
             target = parse_request_line(state.request_line())
             reason = target.error or "not a proxy request"
-            log_decision(refused(target.host, target.port, target.method, reason, state.bytes_up))
+            note(state, refused(target.host, target.port, target.method, reason, state.bytes_up))
         return teardown
+
+    def shutdown(self) -> None:
+        """Close the connection (an allowed one is logged then); log one that ended without any
+        decision (``UNANSWERED``)."""
+        try:
+            super().shutdown()
+        finally:
+            state = _CLIENTS.get(self.work)
+            if state is not None and not state.decided and state.bytes_up:
+                target = parse_request_line(state.request_line())
+                note(state, refused(target.host, target.port, target.method, UNANSWERED, state.bytes_up))
 
 
 class AllowListPlugin(HttpProxyBasePlugin):
@@ -236,7 +282,8 @@ class AllowListPlugin(HttpProxyBasePlugin):
         return _CLIENTS.get(self.client) or ClientState()
 
     def _refuse(self, host: str, port: int | None, method: str, reason: str) -> HttpRequestRejected:
-        log_decision(refused(host, port, method, reason, self._state().bytes_up))
+        state = self._state()
+        note(state, refused(host, port, method, reason, state.bytes_up))
         return reject(reason)
 
     def before_upstream_connection(self, request: HttpParser) -> HttpParser | None:
@@ -252,6 +299,8 @@ class AllowListPlugin(HttpProxyBasePlugin):
             normalize_host(target.host) != parsed or target.port != request.port
         ):
             reason = "raw IP address" if is_ip_literal(parsed) else "target does not parse the same"
+        if reason is None and self._state().host_headers() > 1:
+            reason = "more than one Host header"
         if reason is None and host_header_mismatch(request, parsed):
             reason = "Host header names another host"
         if reason is None and target.port is not None:
@@ -305,7 +354,7 @@ class AllowListPlugin(HttpProxyBasePlugin):
         """Log this connection's allowed decision with its bytes so far (once; nothing if it was refused)."""
         if self.target is not None and self in _OPEN:
             _OPEN.discard(self)
-            log_decision(Decision(
+            note(self._state(), Decision(
                 self.raw_host[:MAX_LOGGED_HOST], self.target[1], self.method, True, None, self.address,
                 self._state().bytes_up, self.bytes_down, time.time(),
             ))

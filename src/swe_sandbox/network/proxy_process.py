@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import selectors
 import shutil
 import signal
@@ -31,6 +32,8 @@ MAX_SOCKET_PATH = 107
 STDERR_TAIL = 2000
 #: How long a stopping proxy gets to log its open connections and exit, in seconds.
 STOP_GRACE = 2.0
+#: The ``nobody`` uid and gid where the passwd file names none (the Linux overflow id).
+NOBODY = 65534
 _READY = b"ready\n"
 
 
@@ -177,9 +180,16 @@ class AllowListProxy:
             sys.executable, "-m", "swe_sandbox.network.serve", "--socket", str(self.socket_path),
             "--policy", str(policy_file), "--log", str(self._private / "decisions.jsonl"),
         ]
+        ids = proxy_ids()
+        if ids is not None:  # root: the proxy runs as nobody, so a flaw in it is not the host's root
+            for path in (self._private, self.socket_path.parent):
+                if path.is_dir():  # a missing one: the proxy then fails to listen, and says so
+                    os.chown(path, *ids)
+            command += ["--drop-to", f"{ids[0]}:{ids[1]}"]
         with open(self._private / "stderr.log", "ab") as stderr:  # the child keeps its own copy
             return subprocess.Popen(
-                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True,
+                cwd="/",
             )
 
     def _wait_ready(self, timeout: float) -> None:
@@ -280,6 +290,18 @@ class AllowListProxy:
         return list(self._decisions)
 
 
+def proxy_ids() -> tuple[int, int] | None:
+    """``(uid, gid)`` the proxy drops to when this process is root: the ``nobody`` user (65534 where
+    the passwd file has none); None when not root (the proxy runs as this user)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam("nobody")
+        return entry.pw_uid, entry.pw_gid
+    except KeyError:
+        return NOBODY, NOBODY
+
+
 def gc(state_dir: Path | None = None) -> int:
     """Kill the proxies whose owner process is gone, and forget stale records.
 
@@ -307,6 +329,8 @@ def gc(state_dir: Path | None = None) -> int:
                 os.killpg(state["pgid"], signal.SIGKILL)
             killed += 1
         Path(state["socket"]).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the directory bound into the sandbox, once empty
+            Path(state["socket"]).parent.rmdir()
         shutil.rmtree(state["private_dir"], ignore_errors=True)
         record.unlink(missing_ok=True)
     return killed

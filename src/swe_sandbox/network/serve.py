@@ -10,18 +10,28 @@ process group. ``AllowListProxy.stop`` sends the group SIGTERM first (each accep
 connections still open, proxy.py shuts down and removes the socket), SIGKILL after a grace period.
 proxy.py's acceptor processes (forked by multiprocessing) get ``PR_SET_PDEATHSIG``
 SIGKILL, so they die with this process whatever kills it. Once the socket is bound (mode 0666: a
-remapped container root must connect) it prints ``ready`` on stdout.
+remapped container root must connect) it prints ``ready`` on stdout. Started by root, it becomes
+``--drop-to`` (nobody) once loaded and before it listens or forks: a flaw in proxy.py is then not the
+host's root.
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import importlib
 import os
 import signal
 import threading
 from pathlib import Path
 
+#: Modules imported before the proxy drops its privileges: those loaded lazily later (at the
+#: acceptors' fork, at a first request), found by running the network tests with the drop on.
+PRELOADED = ("encodings.idna", "encodings.latin_1", "multiprocessing.popen_fork", "multiprocessing.synchronize",
+             "multiprocessing.connection", "multiprocessing.reduction", "multiprocessing.resource_sharer",
+             "multiprocessing.queues", "multiprocessing.heap", "multiprocessing.util", "proxy.core.acceptor",
+             "proxy.core.work", "proxy.http.handler", "proxy.http.proxy.server", "proxy.http.server",
+             "proxy.core.connection", "proxy.core.listener")
 #: What the process prints on stdout once the socket accepts connections.
 READY_LINE = "ready"
 _PR_SET_PDEATHSIG = 1
@@ -62,6 +72,16 @@ def watch_stdin() -> None:
         os.killpg(0, signal.SIGKILL)
 
 
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become ``uid``:``gid`` with no other groups, for good, after loading every module the proxy
+    needs while it serves (the interpreter's files may be unreadable to that user, e.g. under /root)."""
+    for name in PRELOADED:
+        importlib.import_module(name)
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+
+
 def proxy_arguments(socket_path: str) -> list[str]:
     """proxy.py's command line for ``socket_path``."""
     return [
@@ -81,6 +101,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--socket", required=True, help="the unix socket to listen on")
     parser.add_argument("--policy", required=True, help="the NetworkPolicy JSON file")
     parser.add_argument("--log", required=True, help="the decision log (appended)")
+    parser.add_argument("--drop-to", default="", metavar="UID:GID",
+                        help="become this user once everything is loaded (the proxy of a root owner)")
     args = parser.parse_args(argv)
     from swe_sandbox.network.plugin import LOG_ENV, POLICY_ENV, policy
 
@@ -91,7 +113,10 @@ def main(argv: list[str] | None = None) -> None:
     Path(args.socket).unlink(missing_ok=True)
     from proxy import Proxy
 
-    with Proxy(proxy_arguments(args.socket)):
+    server = Proxy(proxy_arguments(args.socket))  # loads every plugin module, before any fork
+    if args.drop_to:
+        drop_privileges(*(int(part) for part in args.drop_to.split(":")))
+    with server:
         os.chmod(args.socket, 0o666)
         print(READY_LINE, flush=True)
         threading.Event().wait()

@@ -28,6 +28,7 @@ import pytest
 
 from swe_sandbox.capabilities import NETWORK_ALLOWLIST
 from swe_sandbox.network.policy import NetworkPolicy
+from swe_sandbox.network.proxy_process import gc as gc_proxies
 from swe_sandbox.testing.kit import Variant, requires, run, wait_until
 from swe_sandbox.testing.package_index import WHEEL, package_index
 
@@ -223,6 +224,7 @@ def test_kill_9_of_the_driver_leaves_no_proxy(net: Net) -> None:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
     assert wait_until(lambda: not alive(proxy), within=15), f"proxy {proxy} outlived its driver"
+    assert gc_proxies() == 0  # nothing left to kill; its files go (what ``swe-sandbox gc`` does)
 
 
 def alive(pid: int) -> bool:
