@@ -24,8 +24,8 @@ from netkit import (  # noqa: F401 - fixtures
 )
 
 from swe_sandbox.errors import SandboxStartError
-from swe_sandbox.network.plugin import MAX_HEAD, UNANSWERED
 from swe_sandbox.network import AllowListProxy, NetworkPolicy, gc
+from swe_sandbox.network.plugin import MAX_HEAD, UNANSWERED
 from swe_sandbox.network.proxy_process import live_group_members
 
 
