@@ -107,6 +107,7 @@ class AllowListProxy:
         self._process: subprocess.Popen[bytes] | None = None
         self._ready = False
         self._decisions: list[dict[str, Any]] = []
+        self._log_offset = 0  # bytes of the decision log parsed into ``_decisions``
 
     @property
     def pid(self) -> int | None:
@@ -174,6 +175,7 @@ class AllowListProxy:
         """Write the policy into the private directory (made once) and start serve.py on it."""
         if self._private is None:
             self._private = Path(tempfile.mkdtemp(prefix="swe-sandbox-net-"))
+            self._log_offset = 0  # a new, empty log (decisions so far stay)
         policy_file = self._private / "policy.json"
         policy_file.write_text(self.policy.model_dump_json())
         command = [
@@ -274,15 +276,17 @@ class AllowListProxy:
     def _read_log(self) -> None:
         if self._private is None:
             return
-        try:
-            lines = (self._private / "decisions.jsonl").read_text().splitlines()
+        try:  # only what was appended since the last read, up to its last whole line
+            with open(self._private / "decisions.jsonl", "rb") as log:
+                log.seek(self._log_offset)
+                chunk = log.read()
         except FileNotFoundError:
             return
-        parsed: list[dict[str, Any]] = []
-        for line in lines:
+        whole = chunk[: chunk.rfind(b"\n") + 1]
+        self._log_offset += len(whole)
+        for line in whole.splitlines():
             with contextlib.suppress(ValueError):
-                parsed.append(json.loads(line))
-        self._decisions = parsed
+                self._decisions.append(json.loads(line))
 
     def decisions(self) -> list[dict[str, Any]]:
         """Every decision so far, all phases (``Decision.as_dict()`` objects), oldest first."""
