@@ -6,6 +6,8 @@
   drift in machine load hits every method alike;
 - ``ExecContainer``: one long-running container (``CLI run -d IMAGE sleep infinity``) for the
   ``docker exec`` / ``podman exec`` per-command baselines, always force-removed on exit;
+- ``SocketContainer``: one container running a trivial server on a unix socket bound in from the
+  host, which forks ``bash -c`` per request: the floor of any channel into that container;
 - ``bare_run_argv``: a bare ``CLI run --rm IMAGE true``, the sandbox-start baseline.
 
 The CLI argv and environment come from the backend's own ``Engine`` (``cli_argv()``,
@@ -15,8 +17,13 @@ The CLI argv and environment come from the backend's own ``Engine`` (``cli_argv(
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import socket
 import statistics
+import struct
 import subprocess
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -111,3 +118,76 @@ class ExecContainer:
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
         if left.stdout.strip():
             print(f"WARNING: could not remove container {self.name}", flush=True)
+
+
+#: The in-container server of ``SocketContainer``: per request (4-byte length, command) it runs
+#: ``bash -c`` with stdout and stderr on one pipe and answers (4-byte length, output).
+SOCKET_SERVER = r"""
+import os, socket, struct, subprocess
+path = "/bench/s.sock"
+server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+server.bind(path)
+os.chmod(path, 0o666)
+server.listen(1)
+conn, _ = server.accept()
+stream = conn.makefile("rwb")
+while True:
+    head = stream.read(4)
+    if len(head) < 4:
+        break
+    command = stream.read(struct.unpack(">I", head)[0]).decode()
+    out = subprocess.run(["bash", "-c", command], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT).stdout
+    stream.write(struct.pack(">I", len(out)) + out)
+    stream.flush()
+"""
+
+
+class SocketContainer(ExecContainer):
+    """``with SocketContainer(cli, env, image) as c: c.call("echo hi")``: the bare-socket baseline.
+
+    A host directory (mode 0777, so the remapped root can make its socket there) is bound at
+    ``/bench``; the container (no network) runs ``SOCKET_SERVER`` as its main process.
+    """
+
+    def __enter__(self) -> SocketContainer:
+        self.dir = tempfile.mkdtemp(prefix="swe-sandbox-bench-sock-")
+        os.chmod(self.dir, 0o777)
+        try:
+            run_checked([*self.cli, "run", "-d", "--network", "none", "--name", self.name, "-v", f"{self.dir}:/bench",
+                         self.image, "python3", "-c", SOCKET_SERVER], None, self.env)
+            self.sock = self._connect(os.path.join(self.dir, "s.sock"))
+        except BaseException:
+            self.remove()
+            raise
+        self.stream = self.sock.makefile("rwb")
+        return self
+
+    @staticmethod
+    def _connect(path: str, within: float = 30.0) -> socket.socket:
+        deadline = time.monotonic() + within
+        while True:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect(path)
+                return sock
+            except OSError:
+                sock.close()
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)  # the server is starting: nothing to poll but the socket itself
+
+    def call(self, command: str) -> str:
+        data = command.encode()
+        self.stream.write(struct.pack(">I", len(data)) + data)
+        self.stream.flush()
+        size = struct.unpack(">I", self.stream.read(4))[0]
+        return self.stream.read(size).decode()
+
+    def remove(self) -> None:
+        for closer in ("stream", "sock"):
+            if hasattr(self, closer):
+                getattr(self, closer).close()
+        super().remove()
+        if hasattr(self, "dir"):
+            shutil.rmtree(self.dir, ignore_errors=True)

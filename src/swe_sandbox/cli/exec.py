@@ -143,13 +143,15 @@ def exec_command(
         environment = get_environment(env, overrides=list(overrides or []))
         action = {"command": text}
         live = streaming and callable(getattr(environment, "stream", None))  # an environment without: at the end
-        with show_pulls_of(environment), environment:  # the image's pull (if it has to be pulled) on stderr
-            try:
+        try:
+            with show_pulls_of(environment):  # the image's pull (if it has to be pulled) on stderr
                 result = streamed(environment, action, cwd, timeout, raw) if live else \
                     environment.execute(action, cwd=cwd, timeout=timeout)
-                submission = None
-            except Submitted as exc:
-                result, submission = exc.result, exc.submission
+            submission = None
+        except Submitted as exc:
+            result, submission = exc.result, exc.submission
+        finally:  # one shot: the engine removes the container by itself, nobody waits for it
+            environment.close(wait=False)
         if as_json:
             write_stdout(json.dumps({**result, "submission": submission}, ensure_ascii=False) + "\n")
         else:  # on a terminal, no escape sequence of the command reaches it (unless --raw)

@@ -35,7 +35,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, cast
 
@@ -253,6 +253,11 @@ class KillAllReply(NamedTuple):
 class Session(Protocol):
     """What ``Environment`` talks to: the runner over a ``Channel``, or the exec fallback."""
 
+    @property
+    def kind(self) -> str:
+        """How frames reach the sandbox: ``pipe`` (the runner's own pipes), ``socket`` (the direct
+        channel), ``attach`` (an engine's attach stream), ``ssh``, or ``exec`` (no runner)."""
+
     def ready(self, timeout: float | None, unauthenticated: tuple[str, ...] = ()) -> dict[str, Any]:
         """The session's first frame (the runner's ``ready``), read once; ``timeout`` in seconds."""
 
@@ -283,6 +288,13 @@ class Channel:
 
     #: Largest frame accepted, in bytes: a bound on host memory whatever the sandbox sends.
     max_frame = 256 << 20
+    #: ``kind`` of this class's channels (a subclass whose kind can change overrides ``kind``).
+    KIND: ClassVar[str] = "pipe"
+
+    @property
+    def kind(self) -> str:
+        """How frames reach the runner (``env.info["channel"]``): ``pipe``, the runner's own pipes."""
+        return self.KIND
 
     def __init__(self, proc: subprocess.Popen[bytes] | None, stderr_file: IO[bytes] | None = None):
         self.proc = proc
@@ -526,9 +538,11 @@ def in_long_lived_thread(func, *args, **kwargs):
     return future.result()
 
 
-def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None, **options: Any) -> Channel:
+def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None, *,
+                 make: Callable[[subprocess.Popen[bytes], IO[bytes]], Channel] = Channel, **options: Any) -> Channel:
     """Start ``argv`` (ending in ``python3 -c BOOTSTRAP``) as a child process and hand it the runner
-    (``options``: the runner's, see ``Channel.start_runner``).
+    (``options``: the runner's, see ``Channel.start_runner``). ``make(proc, stderr_file)`` builds
+    the channel (default ``Channel``: the process's pipes; ``direct.DirectChannel``: a socket).
 
     Raises:
         SandboxStartError: the process could not be started.
@@ -542,7 +556,7 @@ def spawn_runner(argv: list[str], env: dict[str, str], cwd: str | None = None, *
     except OSError as exc:
         stderr_file.close()
         raise SandboxStartError(f"cannot start {argv[0]}: {exc}") from None
-    channel = Channel(proc, stderr_file)
+    channel = make(proc, stderr_file)
     channel.start_runner(**options)
     return channel
 
@@ -676,6 +690,7 @@ class Environment:
             self._stop_network()
             raise ProtocolError(f"expected the runner's ready frame, got {ready!r}")
         self.info = dict(ready)
+        self.info["channel"] = channel.kind
         self._channel = channel
         self._forward_network()
         self._after_start()
@@ -1104,12 +1119,19 @@ class Environment:
         """After ``ConnectionLost``: close the session and the connection, keep the environment open."""
         self._close_session(then=self._drop_connection)
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = True) -> None:
         """End every process started in the sandbox and remove it. Idempotent.
 
         Called from another thread while a command runs, it ends that command at once (the
         ``execute`` in the other thread returns a "closed during the command" result or raises
         ``SandboxDied``) instead of waiting for it.
+
+        Args:
+            wait: True (default): the sandbox is gone when ``close`` returns. False: tell it to end
+                and return at once where the backend can (docker and podman: the runner, told by
+                an end of file, ends every process and exits, and the engine removes the container
+                by itself a moment later, as ``auto_remove``; ``gc`` sweeps what a crash left); the
+                other backends wait anyway. What a one-shot ``swe-sandbox exec`` uses.
         """
         if not self._lock.acquire(blocking=False):
             self._interrupt()
@@ -1117,11 +1139,15 @@ class Environment:
         try:
             self._closed = True
             try:
-                self._close()
+                self._close() if wait else self._release()
             finally:
                 self._stop_network()
         finally:
             self._lock.release()
+
+    def _release(self) -> None:
+        """``close(wait=False)`` under the lock; by default as ``_close``."""
+        self._close()
 
     def _interrupt(self) -> None:
         """End the running command from another thread (``close`` then takes over)."""

@@ -312,6 +312,9 @@ class ExecFallbackChannel:
             and token on a shared host (``ssh``); None: no such file.
     """
 
+    #: ``base.Session.kind``: no runner, one exec per command.
+    kind = "exec"
+
     def __init__(self, start_exec: Callable[[list[str]], ExecHandle], env: dict[str, str] | None = None,
                  info: dict[str, Any] | None = None, describe_death: Callable[[], str] | None = None,
                  sweep_orphans: bool = False, shared_clock: bool = False, trace_dir: str | None = None):
@@ -552,6 +555,8 @@ def missing_capabilities(shared_host: bool = False) -> dict[str, str]:
         cap.UNREACHABLE_RUNNER_CHANNEL: "exec fallback: the per-command wrapper (and its output reader) is a plain "
                                         "shell of the command's user holding the exec's streams, which that user's "
                                         "processes may open through /proc",
+        cap.DIRECT_RUNNER_CHANNEL: "exec fallback: no runner; each command is one exec (through the engine or "
+                                   "sshd where there is one)",
         cap.COMMAND_STDIN: "exec fallback: the exec's stdin carries the command itself to the per-command wrapper",
         cap.SEPARATE_STDERR: "exec fallback: the exec's stderr carries the wrapper's status line, so a command's "
                              "stderr is merged into its output inside the sandbox",

@@ -9,13 +9,18 @@ Each test is one attack, written as a malicious command would do it, and what mu
 - a background job that SIGSTOPs the runner (or whatever holds the channel) and answers the host's
   frames itself cannot forge a result: ``exit 7`` stays 7, a timeout takes its time, nothing
   submits a forged text;
-- a well-formed but unauthenticated reply, or one with wrong types, written on the REAL pipe from
-  the host side is rejected (``ProtocolError`` / ``SandboxDied``), never returned as a result;
+- a well-formed but unauthenticated reply, or one with wrong types, written on the REAL pipe (or
+  the direct channel's socket, taken with ``pidfd_getfd``) from the host side is rejected
+  (``ProtocolError`` / ``SandboxDied``), never returned as a result;
 - a SIGSTOPped runner gives ``SandboxDied`` within timeout + ``HOST_GRACE_S``;
 - no setuid/setgid file reaches a host workspace or a download, also while the sandbox runs;
 - a sparse file's download is bounded;
 - nothing started through the container's lifetime guard or launcher outlives a timeout;
-- the sandbox's processes are not the host's root (seen from the host).
+- the sandbox's processes are not the host's root (seen from the host);
+- no engine relays the runner's frames where the backend says so (the direct channel's socket has
+  the runner as its peer, or the runner's pipe is this process's), and from inside the direct
+  channel's socket cannot be connected to, replaced or flooded (it was unlinked as the runner
+  connected).
 
 Safety of the suite itself: hostile commands run only inside sandboxes. On variants that are no
 sandbox (``local``, and ``ssh`` whose "remote" is this host) the attacks that would change the host
@@ -45,6 +50,7 @@ import pytest
 
 import swe_sandbox
 from swe_sandbox.capabilities import (
+    DIRECT_RUNNER_CHANNEL,
     HOST_ISOLATION,
     HOST_VISIBLE_PROCESSES,
     NOT_HOST_ROOT,
@@ -147,6 +153,38 @@ def fd_link(pid: int, fd: int) -> str | None:
         return None
 
 
+def fd_links(pid: int) -> dict[int, str]:
+    """Every open fd of ``pid`` -> what it links to (empty where /proc cannot say)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return {}
+    links = {int(fd): fd_link(pid, int(fd)) for fd in fds if fd.isdigit()}
+    return {fd: link for fd, link in links.items() if link}
+
+
+#: pidfd_open(2) and pidfd_getfd(2) on x86-64 and aarch64 (Linux >= 5.6).
+SYS_PIDFD_OPEN, SYS_PIDFD_GETFD = 434, 438
+
+
+def steal_fd(pid: int, fd: int) -> int:
+    """A copy of ``pid``'s ``fd`` in this process (``pidfd_getfd``: root on the host takes the
+    runner's own end of its socket, which no ``open`` of /proc/<pid>/fd gives)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    pidfd = libc.syscall(SYS_PIDFD_OPEN, pid, 0)
+    if pidfd < 0:
+        raise OSError(ctypes.get_errno(), "pidfd_open")
+    try:
+        got = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            raise OSError(ctypes.get_errno(), "pidfd_getfd")
+        return got
+    finally:
+        os.close(pidfd)
+
+
 def wait_until(predicate: Callable[[], Any], within: float, step: float = 0.02) -> Any:
     """Poll ``predicate`` until it returns something true, for at most ``within`` seconds."""
     deadline = time.monotonic() + within
@@ -173,14 +211,38 @@ def find_host_pid(marker: str, within: float = 30.0) -> int:
 
 
 class Owner:
-    """Whatever holds a command's channel to the host: the runner, or the exec fallback's wrapper."""
+    """Whatever holds a command's channel to the host: the runner, or the exec fallback's wrapper.
+
+    ``links``: its standard streams (fd -> ``pipe:[N]``); ``sockets``: a runner's unix sockets
+    (fd -> ``socket:[N]``: the direct channel, ``environments.direct``); ``pipes``: every end of the
+    channel, pipes and sockets; ``channel``: the (in, out) ends frames travel on.
+    """
 
     def __init__(self, kind: str, pid: int):
         self.kind, self.pid = kind, pid
         self.sandbox_pid = nspids(pid)[-1] if nspids(pid) else pid
         fds = (0, 1) if kind == "runner" else (0, 1, 2)
         self.links = {fd: fd_link(pid, fd) for fd in fds}
-        self.pipes = {link for link in self.links.values() if link and link.startswith("pipe:")}
+        self.sockets = {fd: link for fd, link in fd_links(pid).items() if link.startswith("socket:")} \
+            if kind == "runner" else {}
+        self.pipes = {link for link in [*self.links.values(), *self.sockets.values()]
+                      if link and link.startswith(("pipe:", "socket:"))}
+
+    @property
+    def direct(self) -> bool:
+        """Whether the runner's frames go over a socket (the direct channel), not its stdin/stdout."""
+        return bool(self.sockets)
+
+    @property
+    def socket_fd(self) -> int:
+        """The direct channel's fd in the runner: its first socket (connected before any other)."""
+        return min(self.sockets)
+
+    @property
+    def channel(self) -> tuple[str | None, str | None]:
+        if self.direct:
+            return self.sockets[self.socket_fd], self.sockets[self.socket_fd]
+        return self.links[0], self.links[1]
 
     def __repr__(self) -> str:
         return f"Owner({self.kind}, host pid {self.pid}, sandbox pid {self.sandbox_pid}, {self.links})"
@@ -394,7 +456,7 @@ for pid in os.listdir("/proc"):
             link = os.readlink("/proc/%s/fd/%s" % (pid, fd))
         except OSError:
             continue
-        if link.startswith("pipe:"):
+        if link.startswith(("pipe:", "socket:")):
             print("FD", pid, comm, fd, link)
 print("SCAN_DONE")
 """
@@ -403,7 +465,8 @@ print("SCAN_DONE")
 @requires(UNREACHABLE_RUNNER_CHANNEL)
 def test_runner_channel_is_reachable_from_no_other_process(env):
     """From inside, scan every /proc/*/fd: no process shows a pipe of the channel (the runner's
-    stdin/stdout, or the exec wrapper's streams), identified on the host while the scan runs."""
+    stdin/stdout, or the exec wrapper's streams), nor the direct channel's socket, identified on the
+    host while the scan runs."""
     marker = unique_marker()
     scan = Background(env, python_command(CHANNEL_SCAN, marker), timeout=60)
     try:
@@ -612,9 +675,9 @@ else:
 #: case -> (the victim command, its execute kwargs, what the forged reply says)
 #: (A short timeout everywhere: a host that drops the forged frame waits for the stopped runner.)
 FORGERY_CASES = {
-    "exit7": ("exit 7", {"timeout": 5}, "FORGED-{marker}\n"),
-    "timeout": ("sleep 30", {"timeout": 3}, "FORGED-{marker}\n"),
-    "sentinel": ("echo honest-output", {"timeout": 5}, SENTINEL + "\nFORGED-{marker}\n"),
+    "exit7": ("exit 7", {"timeout": 2}, "FORGED-{marker}\n"),
+    "timeout": ("sleep 30", {"timeout": 2}, "FORGED-{marker}\n"),
+    "sentinel": ("echo honest-output", {"timeout": 2}, SENTINEL + "\nFORGED-{marker}\n"),
 }
 
 
@@ -626,7 +689,7 @@ FORGERY_NEEDS = {"sentinel": requires(PRIVATE_COMMAND_OUTPUT)}
 def test_a_command_cannot_forge_a_later_result(make_env, case):
     """A background job stops the runner (or whatever holds the channel) and answers the host's
     next frame itself through /proc/<pid>/fd of any process holding the pipes; the next command
-    (``exit 7``, a 3 s timeout, a non-submitting ``echo``) still gets its own result, or an error."""
+    (``exit 7``, a 2 s timeout, a non-submitting ``echo``) still gets its own result, or an error."""
     env = make_env()
     procs = Processes()
     try:
@@ -637,7 +700,7 @@ def test_a_command_cannot_forge_a_later_result(make_env, case):
         marker = unique_marker()
         victim, kwargs, forged = FORGERY_CASES[case]
         forged = forged.format(marker=marker)
-        pipes = ",".join([owner.links[0], owner.links[1]]) if owner else "-"
+        pipes = ",".join(str(end) for end in owner.channel) if owner else "-"
         args = [marker, "runner" if owner else "exec", str(owner.sandbox_pid) if owner else "0", pipes,
                 str(getattr(env, "_seq", 2) + 2), case, forged, "0" if on_the_host(env) else "1"]
         script = f"/tmp/swe-attack-forger-{marker}.py"
@@ -662,7 +725,7 @@ def test_a_command_cannot_forge_a_later_result(make_env, case):
         assert outcome["returncode"] == 7, f"exit 7 returned {outcome['returncode']}: {what}"
     elif case == "timeout":
         assert outcome["extra"].get("timed_out") and elapsed >= kwargs["timeout"] - 0.05, \
-            f"the 3 s timeout did not take its time: {what}"
+            f"the 2 s timeout did not take its time: {what}"
     else:
         assert outcome["output"] == "honest-output\n", what
 
@@ -701,7 +764,8 @@ def test_a_forged_reply_on_the_real_pipe_is_rejected(make_env, kind):
         if mode_of(env) == "runner":
             owner = runner_now(env, procs)
             assert owner is not None, "no runner found"
-            fd = os.open(f"/proc/{owner.pid}/fd/1", os.O_WRONLY)
+            fd = steal_fd(owner.pid, owner.socket_fd) if owner.direct else \
+                os.open(f"/proc/{owner.pid}/fd/1", os.O_WRONLY)
             try:
                 os.write(fd, _runner_frame(env, getattr(env, "_seq", 1) + 1, kind))
             finally:
@@ -992,3 +1056,113 @@ def test_sandbox_uid_is_not_host_root(env):
             os.kill(sleeper, signal.SIGKILL)
     host_root = [row for row in rows if "0" in row[2].split()]
     assert not host_root, f"sandbox processes running as the host's root (pid, comm, Uid): {host_root}"
+
+
+# -- 10. the direct channel ------------------------------------------------------------------------
+
+#: ``env.info["channel"]`` of a channel that no engine or daemon relays (``Session.kind``).
+DIRECT_KINDS = ("pipe", "socket")
+
+#: From inside: every way at the direct channel's socket (``direct.SANDBOX_CHANNEL_DIR``): connect
+#: to it (and to anything else in its directory), replace it (a file, a socket of our own, a
+#: rename), then 300 connects in a row; prints what worked, then PROBE_DONE.
+CHANNEL_PROBE = r"""
+import os, socket, sys
+folder = sys.argv[1]
+path = os.path.join(folder, "runner.sock")
+try:
+    names = os.listdir(folder)
+except OSError as exc:
+    names = []
+print("LISTED", sorted(names))
+def connect(target):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(2)
+    try:
+        s.connect(target)
+        s.sendall(b"\0\0\0\x02{}" * 64)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+for target in [path] + [os.path.join(folder, n) for n in names]:
+    if connect(target):
+        print("REACHED", target)
+for what, act in (("file", lambda: open(path + ".new", "w").close()),
+                  ("rename", lambda: os.rename(folder, folder + ".old")),
+                  ("bound", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).bind(path))):
+    try:
+        act()
+        print("REPLACED", what)
+    except OSError:
+        pass
+print("FLOOD", sum(connect(path) for _ in range(300)))
+print("PROBE_DONE")
+"""
+
+
+def own_socket_peers() -> set[int]:
+    """Host pids at the other end of this process's unix sockets (``SO_PEERCRED``)."""
+    import socket as socket_module
+
+    peers = set()
+    for fd, link in fd_links(os.getpid()).items():
+        if not link.startswith("socket:"):
+            continue
+        try:
+            sock = socket_module.socket(fileno=os.dup(fd))
+        except OSError:
+            continue
+        try:
+            if sock.family == socket_module.AF_UNIX:
+                creds = sock.getsockopt(socket_module.SOL_SOCKET, socket_module.SO_PEERCRED, struct.calcsize("3i"))
+                peers.add(struct.unpack("3i", creds)[0])
+        except OSError:
+            pass
+        finally:
+            sock.close()
+    return peers
+
+
+@requires(DIRECT_RUNNER_CHANNEL)
+def test_no_engine_relays_the_runner_channel(make_env):
+    """The runner's frames travel on ends this process holds itself: its direct channel's socket
+    has the runner as its peer, or the runner's stdout is a pipe whose other end is ours; no engine
+    attach, conmon or sshd in between."""
+    env = make_env()
+    procs = Processes()
+    try:
+        env.start()
+        kind = env.info.get("channel")
+        assert kind in DIRECT_KINDS, f"the channel is {kind!r}: frames are relayed"
+        owner = runner_now(env, procs)
+        assert owner is not None, "no runner found"
+        if owner.direct:
+            assert owner.pid in own_socket_peers(), f"no socket of this process has the runner {owner} as its peer"
+        else:
+            ours = set(fd_links(os.getpid()).values())
+            assert owner.links[1] in ours, f"the runner's stdout ({owner.links[1]}) is not a pipe of this process"
+    finally:
+        procs.end(env)
+
+
+@requires(DIRECT_RUNNER_CHANNEL)
+def test_the_direct_channel_is_gone_once_the_runner_connected(env):
+    """A command cannot connect to, replace or flood the direct channel's socket: it was unlinked
+    (and its host directory removed) as the runner connected, and the directory bound in is
+    read-only; after the attempts the sandbox answers as before, and no channel directory of this
+    process still holds a socket."""
+    from swe_sandbox.environments.direct import CHANNEL_DIR_PREFIX, SANDBOX_CHANNEL_DIR
+
+    env.start()
+    assert env.info.get("channel") in DIRECT_KINDS, f"the channel is {env.info.get('channel')!r}"
+    result = run(env, python_command(CHANNEL_PROBE, SANDBOX_CHANNEL_DIR), timeout=120)
+    assert "PROBE_DONE" in result["output"], result
+    found = [line for line in result["output"].splitlines() if line.startswith(("REACHED", "REPLACED"))]
+    assert not found, f"the direct channel was reached or replaced from inside: {found}\n{result['output']}"
+    assert "FLOOD 0" in result["output"], result["output"]
+    assert run(env, "echo still; exit 7")["returncode"] == 7
+    assert run(env, "echo still")["output"] == "still\n"
+    left = [str(path) for path in Path(tempfile.gettempdir()).glob(f"{CHANNEL_DIR_PREFIX}{os.getpid()}-*/*")]
+    assert not left, f"channel sockets still on the host: {left}"

@@ -565,8 +565,8 @@ def test_timeout_kills_whole_tree(make_env, case):
     """A timeout kills the whole tree (children, grandchildren, setsid, background, pipe holders)."""
     environment = started_env(make_env)
     marker = unique_marker()
-    result, elapsed = timed(environment, TIMEOUT_CASES[case].format(m=marker), timeout=1)
-    assert_timed_out(result, elapsed, 1)
+    result, elapsed = timed(environment, TIMEOUT_CASES[case].format(m=marker), timeout=0.5)
+    assert_timed_out(result, elapsed, 0.5)
     assert result["output"].startswith("start\n"), "partial output lost"
     assert_nothing_left(environment, marker)
     after = run(environment, "echo alive")
@@ -661,8 +661,8 @@ def test_timeout_with_partial_multibyte(make_env, partial, complete):
     """A timeout right after half a multi-byte character: complete text intact, no exception."""
     environment = started_env(make_env)
     full = "".join(f"\\x{b:02x}" for b in complete.encode())
-    result, elapsed = timed(environment, f"printf '{full}{partial}'; sleep 30", timeout=1)
-    assert_timed_out(result, elapsed, 1)
+    result, elapsed = timed(environment, f"printf '{full}{partial}'; sleep 30", timeout=0.5)
+    assert_timed_out(result, elapsed, 0.5)
     assert result["output"].startswith(complete)
     assert result["output"][len(complete):] in ("", "\ufffd"), repr(result["output"])
 
@@ -673,8 +673,8 @@ def test_sandbox_usable_after_many_timeouts(make_env):
     kept = f"/tmp/swe-sandbox-after-timeout-{unique_marker()}"  # unique: a host-sharing backend's /tmp is shared
     run(environment, f"echo keep > {kept}")
     for _ in range(2):
-        result, elapsed = timed(environment, "sleep 30", timeout=1)
-        assert_timed_out(result, elapsed, 1)
+        result, elapsed = timed(environment, "sleep 30", timeout=0.5)
+        assert_timed_out(result, elapsed, 0.5)
     after = run(environment, f"cat {kept}; rm -f {kept}")
     assert after["output"] == "keep\n" and after["returncode"] == 0
 

@@ -124,6 +124,7 @@ class SshEnvironment(Environment):
 
         gaps: dict[str, str] = {cap.NETWORK_ALLOWLIST: "the allow-list proxy's socket is not forwarded to the remote "
                                                        "host (remote bwrap takes network: none or on)"}
+        gaps[cap.DIRECT_RUNNER_CHANNEL] = "sshd relays every frame between the SSH channel and the runner's pipes"
         if config.remote_sandbox == "none":
             root = "SSH alone is not a sandbox: commands run as the SSH user, here root, "
             gaps[cap.HOST_ISOLATION] = "SSH alone is not a sandbox: commands run on the remote host itself"

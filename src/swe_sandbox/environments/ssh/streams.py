@@ -26,6 +26,8 @@ class SshChannel(Channel):
         link: its connection.
     """
 
+    KIND = "ssh"
+
     def __init__(self, chan, link: SshLink):
         super().__init__(None)
         self.chan, self.link, self.stderr, self.clean = chan, link, b"", False
