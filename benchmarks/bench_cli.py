@@ -14,7 +14,8 @@ to its ``src`` (the ``swe-sandbox`` script on PATH may be another checkout's):
 - ``--help``: ``swe-sandbox --help``;
 - ``exec bwrap``: ``swe-sandbox exec --env bwrap -- true`` (a sandbox started, one command, removed);
 - ``exec docker``: ``swe-sandbox exec --env docker -- true``;
-- ``docker run``: ``docker run --rm swe-sandbox/base true``, the baseline of ``exec docker``.
+- ``docker run``: ``docker run --rm swe-sandbox/base true``, the baseline of ``exec docker``;
+- ``exec podman``, ``podman run``: the same with podman (``--no-podman`` leaves them out).
 
 ``--compare SRC`` also times the three CLI commands of another checkout's ``src`` (e.g. main before
 a change) in the same rounds, and prints the ratio this / that per command.
@@ -47,6 +48,7 @@ CLI_COMMANDS = {
     "--help": ["--help"],
     "exec bwrap": ["exec", "--env", "bwrap", "--", "true"],
     "exec docker": ["exec", "--env", "docker", "--", "true"],
+    "exec podman": ["exec", "--env", "podman", "--", "true"],
 }
 
 #: CPU seconds (user + sys) of each timed process, per method, in the order run.
@@ -78,7 +80,7 @@ def methods(args: argparse.Namespace) -> dict[str, functools.partial]:
     checkouts = [("", SRC)] + ([(" (compare)", Path(args.compare).resolve())] if args.compare else [])
     for suffix, src in checkouts:
         for name, words in CLI_COMMANDS.items():
-            if "docker" in name and not args.docker:
+            if ("docker" in name and not args.docker) or ("podman" in name and not args.podman):
                 continue
             key = name + suffix
             argv = [sys.executable, "-m", "swe_sandbox", *words]
@@ -86,15 +88,19 @@ def methods(args: argparse.Namespace) -> dict[str, functools.partial]:
     if args.docker:
         argv = ["docker", "run", "--rm", IMAGE, "true"]
         calls["docker run"] = functools.partial(run_process, "docker run", argv, None)
+    if args.podman:
+        argv = [*environment_class("podman").engine_class().cli_argv(), "run", "--rm", IMAGE, "true"]
+        calls["podman run"] = functools.partial(run_process, "podman run", argv, None)
     return calls
 
 
 def print_table(samples: dict[str, list[float]], warmup: int) -> None:
-    print(f"\n  {'method':28} {'median s':>9} {'p90 s':>8} {'cpu s':>8} {'vs docker run':>14} {'vs compare':>11}")
-    docker = median_ms(samples["docker run"]) if "docker run" in samples else None
+    print(f"\n  {'method':28} {'median s':>9} {'p90 s':>8} {'cpu s':>8} {'vs CLI run':>14} {'vs compare':>11}")
     for key, xs in samples.items():
         cpu = median_ms(cpu_samples[key][warmup:]) / 1000
-        vs_docker = f"{median_ms(xs) / docker:13.2f}x" if docker and "docker" in key and key != "docker run" else ""
+        engine = next((e for e in ("docker", "podman") if e in key), None)
+        bare = samples.get(f"{engine} run") if engine and not key.endswith(" run") else None
+        vs_docker = f"{median_ms(xs) / median_ms(bare):13.2f}x" if bare else ""
         other = samples.get(f"{key} (compare)")
         vs_compare = f"{median_ms(xs) / median_ms(other):10.2f}x" if other else ""
         times = f"{median_ms(xs) / 1000:9.3f} {p90_ms(xs) / 1000:8.3f} {cpu:8.3f}"
@@ -109,9 +115,11 @@ def print_verdicts(samples: dict[str, list[float]]) -> None:
     if "exec docker" not in samples:
         print("SKIP exec --env docker -- true: docker not measured")
         return
-    ratio = median_ms(samples["exec docker"]) / median_ms(samples["docker run"])
-    print(f"{'PASS' if ratio <= TARGET_DOCKER_RATIO else 'FAIL'} exec --env docker -- true / docker run --rm: "
-          f"{ratio:.2f}x (target <= {TARGET_DOCKER_RATIO:g}x)")
+    for engine in ("docker", "podman"):
+        if f"exec {engine}" in samples:
+            ratio = median_ms(samples[f"exec {engine}"]) / median_ms(samples[f"{engine} run"])
+            print(f"{'PASS' if ratio <= TARGET_DOCKER_RATIO else 'FAIL'} exec --env {engine} -- true / {engine} run "
+                  f"--rm: {ratio:.2f}x (target <= {TARGET_DOCKER_RATIO:g}x{'' if engine == 'docker' else ', reported'})")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -120,12 +128,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first (default 2)")
     parser.add_argument("--compare", metavar="SRC", help="another checkout's src directory, timed in the same rounds")
     parser.add_argument("--no-docker", dest="docker", action="store_false", help="skip exec docker and docker run")
+    parser.add_argument("--no-podman", dest="podman", action="store_false", help="skip exec podman and podman run")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    for name in ("bwrap",) + (("docker",) if args.docker else ()):
+    for name in ("bwrap",) + (("docker",) if args.docker else ()) + (("podman",) if args.podman else ()):
         reason = environment_class(name).unavailable_reason()
         if reason:
             hint = " (try --no-docker)" if name == "docker" else ""

@@ -4,7 +4,8 @@
     python benchmarks/bench_roundtrip.py [--n 200] [--backends local,bwrap,docker,podman] [--starts 10]
 
 Round trip. Methods, each timed from Python around one call, interleaved round-robin (so drift in
-machine load hits every method alike), after a warm-up:
+machine load hits every method alike), after a warm-up; the per-command baselines (``bwrap/cmd``,
+``exec/cmd``) in a second round of their own with ``fork`` again (``fork (own round)``), n/5 times:
 
 - ``fork``: a bare ``bash -c CMD`` from Python (``subprocess.run``, output captured): the floor.
 - ``bwrap/cmd``: a fresh ``bwrap`` per command with the same policy flags as the bwrap backend
@@ -177,13 +178,28 @@ def make_methods(backends: list[str], stack: contextlib.ExitStack) -> dict[str, 
     return methods
 
 
+#: Baselines that start a process per command (tens of ms, and engine work after each that
+#: overlaps what comes next): timed in a round of their own, beside ``fork``, so they do not slow
+#: the millisecond methods measured together.
+SLOW_METHODS = ("bwrap/cmd", "docker exec/cmd", "podman exec/cmd")
+
+
 def measure_roundtrips(backends: list[str], n: int, warmup: int) -> tuple[list[str], dict]:
-    """Round-trip samples keyed by (method, command); every environment and container is gone after."""
+    """Round-trip samples keyed by (method, command), in two rounds: the fast methods, then the
+    per-command baselines (``SLOW_METHODS``, with ``fork`` again, whose ratios use their round's
+    fork); every environment and container is gone after."""
     with contextlib.ExitStack() as stack:
         methods = make_methods(backends, stack)
-        calls = {(m, c): functools.partial(fn, c) for c in COMMANDS for m, fn in methods.items()}
-        samples, _ = round_robin(calls, n, warmup)
-    return list(methods), samples
+        fast = {(m, c): functools.partial(fn, c) for c in COMMANDS for m, fn in methods.items()
+                if m not in SLOW_METHODS}
+        samples, _ = round_robin(fast, n, warmup)
+        slow = {(m, c): functools.partial(methods[m], c) for c in COMMANDS for m in ("fork", *SLOW_METHODS)
+                if m in methods}
+        slow_samples, _ = round_robin(slow, max(10, n // 5), max(2, warmup // 5))
+        samples.update({(f"{m} (own round)" if m == "fork" else m, c): xs for (m, c), xs in slow_samples.items()})
+    order = [m for m in methods if m not in SLOW_METHODS]
+    return order + (["fork (own round)"] if len(slow) > len(COMMANDS) else []) + \
+        [m for m in SLOW_METHODS if m in methods], samples
 
 
 def backend_start(name: str) -> Callable[[], None]:
@@ -221,9 +237,12 @@ def print_roundtrips(methods: list[str], samples: dict) -> tuple[dict[str, dict[
         base = median_ms(samples[("fork", cmd)])
         print(f"\ncommand `{cmd}`")
         print(f"  {'method':42} {'median ms':>10} {'p90 ms':>8} {'x fork':>7} {'overhead ms':>12}")
+        own = samples.get(("fork (own round)", cmd))
         for method in methods:
             xs = samples[(method, cmd)]
             med = median_ms(xs)
+            base = median_ms(own) if own and (method in SLOW_METHODS or method == "fork (own round)") else \
+                median_ms(samples[("fork", cmd)])
             overheads.setdefault(method, {})[cmd] = med - base
             fork_ratios.setdefault(method, {})[cmd] = med / base
             print(f"  {LABELS.get(method, method):42} {med:10.2f} {p90_ms(xs):8.2f} {med / base:7.2f} "

@@ -15,6 +15,8 @@ from swe_sandbox.errors import ConnectionLost, SandboxDied, SandboxError
 class FakeSession:
     """A ``Session`` answering every command with ``replies`` in turn (an exception is raised)."""
 
+    kind = "fake"
+
     def __init__(self, replies):
         self.replies, self.closed = list(replies), False
 

@@ -690,7 +690,7 @@ class Environment:
             self._stop_network()
             raise ProtocolError(f"expected the runner's ready frame, got {ready!r}")
         self.info = dict(ready)
-        self.info["channel"] = channel.kind
+        self.info["channel"] = getattr(channel, "kind", "unknown")  # a third-party Session may predate it
         self._channel = channel
         self._forward_network()
         self._after_start()
