@@ -153,3 +153,23 @@ def test_gc_removes_the_channel_directories_of_dead_owners(tmp_path):
     live.mkdir()
     assert direct.gc(str(tmp_path)) == 1
     assert not stale.exists() and live.exists()
+
+
+def test_close_without_waiting_leaves_neither_container_nor_directory(make, engine):
+    """``close(wait=False)`` (the one-shot ``exec``): the engine removes the container by itself and
+    the channel's directory is gone at once."""
+    env = make()
+    env.execute({"command": "sleep 100 &"})
+    cid = env.container_id
+    env.close(wait=False)
+    assert channel_dirs() == []
+    engine_obj = environment_class(engine).engine_class()
+    assert wait_until(lambda: engine_obj.inspect(cid) is None, 30), f"container {cid[:12]} left after close(wait=False)"
+
+
+def test_the_one_shot_exec_leaves_no_directory(engine):
+    before = set(Path(tempfile.gettempdir()).glob(f"{direct.CHANNEL_DIR_PREFIX}*"))
+    done = subprocess.run([sys.executable, "-m", "swe_sandbox", "exec", "--env", engine, "--", "echo hi"],
+                          capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "hi\n"), done.stderr
+    assert set(Path(tempfile.gettempdir()).glob(f"{direct.CHANNEL_DIR_PREFIX}*")) <= before

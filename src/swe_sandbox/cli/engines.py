@@ -6,6 +6,7 @@ any engine.
 
 from __future__ import annotations
 
+import collections
 import json
 from typing import Annotated
 
@@ -96,8 +97,11 @@ def gc_command(
         for entry in report:
             typer.echo(f"{entry['backend']} {entry['id'] or '-'} run={entry['run_id'] or '-'} "
                        f"owner_pid={entry['owner_pid'] or '-'}: {entry['action']}")
-        removed = sum(entry["action"] == "removed" for entry in report)
-        typer.echo(f"{removed} container(s) removed" + (" (dry run)" if dry_run else ""))
+        removed = collections.Counter(entry["backend"] for entry in report if entry["action"] == "removed")
+        others = sum(n for backend, n in removed.items() if backend in ("network", "channel"))
+        typer.echo(f"{sum(removed.values()) - others} container(s) or snapshot(s) removed"
+                   + (f", {others} proxy(ies) or channel directory(ies)" if others else "")
+                   + (" (dry run)" if dry_run else ""))
     if failed:
         raise typer.Exit(EXIT_FAILED)
 

@@ -175,6 +175,12 @@ class DirectChannel(Channel):
         super().interrupt()
         self._end_socket(close=False)
 
+    def release(self) -> None:
+        """End of file to the runner (socket and attach) without waiting for anything; the
+        directory is removed (``close(wait=False)`` of the sandbox)."""
+        self.interrupt()
+        self._listening.close()
+
     def close(self, wait: float = 2.0) -> None:
         self._end_socket(close=False)
         try:

@@ -702,7 +702,9 @@ class ContainerEnvironment(Environment):
             self._finalizer.detach()
             self._finalizer = None
         for ch in (channel, tether):
-            if isinstance(ch, Channel):
+            if isinstance(ch, DirectChannel):
+                ch.release()  # end of file on both; its socket's directory goes now
+            elif isinstance(ch, Channel):
                 ch.interrupt()  # end of file; the attach CLI forwards it and exits by itself
             elif ch is not None:
                 ch.close(wait=0)  # the exec fallback's: no exec left running
