@@ -21,6 +21,7 @@ import os
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from swe_sandbox.environments.container.cli_run import docker_run_argv
 from swe_sandbox.environments.container.engine import (
     CHANGE_KINDS,
     LABEL_MANAGED,
@@ -185,6 +186,9 @@ class DockerEngine(Engine):
     def list_managed_images(self) -> list[dict[str, Any]]:
         found = self.client.api.images(filters={"label": LABEL_SNAPSHOT})
         return [{"id": i["Id"], "labels": i.get("Labels") or {}, "tags": i.get("RepoTags") or []} for i in found]
+
+    def run_argv(self, spec: ContainerSpec, cidfile: str) -> tuple[list[str], dict[str, str]] | None:
+        return docker_run_argv(self.cli_argv(), spec, cidfile)
 
     def cli_argv(self) -> list[str]:
         # With the default url the CLI reads the same DOCKER_* variables as docker.from_env().

@@ -194,6 +194,12 @@ class Engine:
         """One process in the running container (the exec fallback's per-command exec)."""
         return [*self.cli_argv(), "exec", *(["-i"] if interactive else []), cid, *argv]
 
+    def run_argv(self, spec: ContainerSpec, cidfile: str) -> tuple[list[str], dict[str, str]] | None:
+        """Create, start and attach ``spec`` in one CLI process (``CLI run --interactive``), its id
+        written to ``cidfile``: ``(argv, values to add to the CLI's environment)``, or None where the
+        CLI cannot say all of it (the default: the SDK creates, ``attach_argv`` attaches)."""
+        return None
+
     def attach_argv(self, cid: str) -> list[str]:
         """Start the created container with its main process's stdin, stdout and stderr attached."""
         return [*self.cli_argv(), "start", "--attach", "--interactive", cid]

@@ -186,6 +186,12 @@ OOM_PROBE = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup
              "2>/dev/null || true")
 
 
+#: Where ``CLI run`` writes the container's id: the channel directory's path plus this (``direct.gc``
+#: removes those of dead owners).
+CIDFILE_SUFFIX = ".cid"
+#: How long a failed ``CLI run``'s container may take to go before the SDK path creates (seconds).
+REMOVAL_WAIT_S = 10.0
+
 #: ``network`` values of ours, as the engine's network mode: ``allowlist`` has none of its own.
 ENGINE_NETWORK = {ALLOWLIST: "none", "on": "bridge"}
 
@@ -457,6 +463,11 @@ class ContainerEnvironment(Environment):
         """The direct channel's host directory, bound at ``direct.SANDBOX_CHANNEL_DIR``."""
         return self._listening.binds() if self._listening is not None else {}
 
+    @property
+    def container_name(self) -> str:
+        """The container's name, ``swe-sandbox-<run_id>``."""
+        return f"swe-sandbox-{self.run_id}"
+
     def container_spec(self) -> ContainerSpec:
         cfg = self.config
         python = "" if cfg.runner == "exec" else cfg.python
@@ -464,7 +475,7 @@ class ContainerEnvironment(Environment):
             image=cfg.image,
             command=["sh", "-c", LAUNCHER, "swe-sandbox", python, BOOTSTRAP, str(math.ceil(cfg.max_lifetime)),
                      cfg.userns],
-            name=f"swe-sandbox-{self.run_id}",
+            name=self.container_name,
             labels=self.labels(),
             environment=self.sandbox_env({"PATH": SANDBOX_PATH, "LANG": "C.UTF-8", **self._home()}),
             working_dir=cfg.mount_point,
@@ -526,9 +537,7 @@ class ContainerEnvironment(Environment):
                 raise pull_error(self.engine.name, spec.image, "never") from None
             pull(self.pull_request(), present=lambda: self._has_image(spec.image))
             cid = self._create_container(spec)  # still missing: _ImageMissing is a SandboxStartError
-        self.container_id = cid
-        # Removed even if close() is never called (interpreter exit, garbage collection).
-        self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
+        self._adopt(cid)
         return cid
 
     def _create_container(self, spec: ContainerSpec) -> str:
@@ -557,10 +566,10 @@ class ContainerEnvironment(Environment):
         except self.engine.errors:
             return True  # unknown: report the create error as it is
 
-    def _spawn(self, cid: str, cli_env: dict[str, str]) -> Channel:
-        """The attach, with the runner; over the direct channel when there is one (its socket made
-        in ``_open_channel`` before the container, which binds its directory)."""
-        argv = self.engine.attach_argv(cid)
+    def _spawn(self, argv: list[str], cli_env: dict[str, str]) -> Channel:
+        """The attach (``argv``: the CLI's ``start --attach`` or ``run --interactive``), with the
+        runner; over the direct channel when there is one (its socket made in ``_open_channel``
+        before the container, which binds its directory)."""
         options: dict[str, Any] = {"max_lifetime": self.config.max_lifetime}
         listening, self._listening = self._listening, None
         if listening is None:
@@ -579,15 +588,15 @@ class ContainerEnvironment(Environment):
                 self._listening = ChannelSocket()
             except OSError as exc:
                 raise SandboxStartError(f"{self.engine.name}: cannot make the direct channel's socket: {exc}") from None
+        cli_env = self.engine.cli_env()
         try:
-            cid = self._create()
+            channel = self._run_by_cli(cli_env) or self._spawn(self.engine.attach_argv(self._create()), cli_env)
         except BaseException:
             if self._listening is not None:
                 self._listening.close()
                 self._listening = None
             raise
-        cli_env = self.engine.cli_env()
-        channel = self._spawn(cid, cli_env)
+        cid = self._cid
         try:
             first = channel.ready(self.config.start_timeout,
                                   unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
@@ -620,6 +629,56 @@ class ContainerEnvironment(Environment):
         return ExecFallbackChannel(popen_exec(self.engine.exec_argv(cid, []), cli_env),
                                    info={"cwd": self.config.mount_point}, describe_death=self.describe_state,
                                    sweep_orphans=True, shared_clock=self.engine.url.startswith("unix://"))
+
+    def _run_by_cli(self, cli_env: dict[str, str]) -> Channel | None:
+        """Create, start and attach in one CLI process (``engine.run_argv``: no SDK on this path),
+        where the engine's CLI can say the whole spec, the channel is direct and the image needs no
+        pull first; the channel, its runner's first frame read, or None.
+
+        None too when the CLI failed before that frame (no image, a refused option, an engine
+        down): what is left of it is removed and a new channel socket made, so the SDK path
+        (``_create``) can pull, or say why in its own words."""
+        listening = self._listening
+        if listening is None or self.pull_policy == "always":
+            return None
+        cidfile = Path(f"{listening.dir}{CIDFILE_SUFFIX}")
+        launch = self.engine.run_argv(self.container_spec(), str(cidfile))
+        if launch is None:
+            return None
+        argv, values = launch
+        channel = self._spawn(argv, {**cli_env, **values})
+        try:
+            channel.ready(self.config.start_timeout, unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
+            self._adopt(cidfile.read_text().strip())
+        except (SandboxDied, OSError):
+            channel.close(wait=0.5)
+            self._forget_by_name()
+            self._listening = ChannelSocket()
+            return None
+        except ProtocolError as exc:  # e.g. a connection to the direct channel that was not the runner's
+            self._adopt(self.container_name)
+            channel.close(wait=0.5)
+            self._stop()
+            raise SandboxStartError(f"{self.engine.name}: the runner's first frame was not trusted: {exc}") from None
+        finally:
+            cidfile.unlink(missing_ok=True)
+        return channel
+
+    def _forget_by_name(self) -> None:
+        """Remove what a failed ``CLI run`` left under this sandbox's name, and wait until the name is
+        free again (an auto-removal may still be under way), at most ``REMOVAL_WAIT_S`` seconds."""
+        deadline = time.monotonic() + REMOVAL_WAIT_S
+        try:
+            self.engine.remove(self.container_name)
+            while self.engine.inspect(self.container_name) is not None and time.monotonic() < deadline:
+                time.sleep(0.05)  # polled: the engine's removal has no event we could wait on here
+        except self.engine.errors:
+            pass  # the SDK path's create says what is wrong
+
+    def _adopt(self, cid: str) -> None:
+        """``cid`` is this sandbox's container: removed even if close() is never called."""
+        self.container_id = cid
+        self._finalizer = weakref.finalize(self, _remove_quietly, self.engine, cid)
 
     def _check_channel(self, channel: Channel) -> None:
         """Record the channel the runner answered on; ``channel: socket`` refuses the attach."""
