@@ -46,6 +46,10 @@ SANDBOX_CHANNEL_DIR = "/run/swe-sandbox/channel"
 CHANNEL_SOCKET_NAME = "runner.sock"
 #: Prefix of the host directories (``<prefix><owner pid>-<random>``), which ``gc`` sweeps.
 CHANNEL_DIR_PREFIX = "swe-sandbox-chan-"
+#: A ``CLI run`` writes its container's id beside the channel directory, at its path plus this
+#: (``container.environment``); read and removed once the runner answered, swept by ``gc`` after
+#: an owner that died before.
+CIDFILE_SUFFIX = ".cid"
 
 
 class ChannelSocket:
@@ -191,7 +195,7 @@ class DirectChannel(Channel):
 
 
 def gc(directory: str | None = None) -> int:
-    """Remove the channel directories of owners that are gone (a host killed before it closed).
+    """Remove the channel directories (and cid files) of owners that are gone (a host killed before it closed).
 
     Args:
         directory (str | None): where they are made; default ``tempfile.gettempdir()``.
@@ -202,8 +206,13 @@ def gc(directory: str | None = None) -> int:
     removed = 0
     for path in Path(directory or tempfile.gettempdir()).glob(f"{CHANNEL_DIR_PREFIX}*-*"):
         pid = path.name[len(CHANNEL_DIR_PREFIX):].partition("-")[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and path.is_dir() and not path.is_symlink() \
-                and path.stat().st_uid == os.getuid():
+        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or path.is_symlink() or path.stat().st_uid != os.getuid():
+            continue
+        if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
-            removed += 1
+        elif path.name.endswith(CIDFILE_SUFFIX):
+            path.unlink(missing_ok=True)
+        else:
+            continue
+        removed += 1
     return removed

@@ -158,7 +158,7 @@ class NetworkPolicy(BaseModel):
     address (not loopback, private, link-local, multicast or unspecified) unless ``resolve`` names it.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)  # built when first used
 
     allow: list[str] = Field(
         default_factory=list,

@@ -93,7 +93,7 @@ from swe_sandbox.environments.container.image_ref import built_here, check_refer
 from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
 from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot, release
-from swe_sandbox.environments.direct import ChannelSocket, DirectChannel
+from swe_sandbox.environments.direct import CIDFILE_SUFFIX, ChannelSocket, DirectChannel
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.errors import (
     BackendUnavailable,
@@ -186,9 +186,6 @@ OOM_PROBE = ("cat /sys/fs/cgroup/memory.events 2>/dev/null || cat /sys/fs/cgroup
              "2>/dev/null || true")
 
 
-#: Where ``CLI run`` writes the container's id: the channel directory's path plus this (``direct.gc``
-#: removes those of dead owners).
-CIDFILE_SUFFIX = ".cid"
 #: How long a failed ``CLI run``'s container may take to go before the SDK path creates (seconds).
 REMOVAL_WAIT_S = 10.0
 
