@@ -22,6 +22,8 @@ machine load hits every method alike), after a warm-up; the per-command baseline
   reused for every call (docker and podman over the direct channel, ``environments.direct``).
 - ``docker attach``, ``podman attach``: the same with ``channel: attach`` (every frame through the
   engine's attach stream): the direct channel's before and after, in one run.
+- ``docker unlimited``, ``podman unlimited``: the backend without its cgroup limits (``cpus``,
+  ``memory``, ``pids_limit`` null), as the bare-socket container runs: what the limits cost.
 - ``NAME stream``: ``env.stream({"command": CMD})`` iterated to its result, on a second environment of
   the backend (the runner then sends chunk frames as output comes): the cost of streaming.
 
@@ -49,6 +51,7 @@ import platform
 import shutil
 import sys
 from collections.abc import Callable
+from typing import Any
 
 from benchlib import Call, ExecContainer, SocketContainer, bare_run_argv, median_ms, p90_ms, round_robin, run_checked
 
@@ -76,6 +79,8 @@ LABELS = {
     "podman socket/bare": "podman socket/bare: bare unix socket server",
     "docker attach": "docker backend, channel attach",
     "podman attach": "podman backend, channel attach",
+    "docker unlimited": "docker backend, no cpus/memory/pids limit",
+    "podman unlimited": "podman backend, no cpus/memory/pids limit",
     "local": "local backend (execute)",
     "bwrap": "bwrap backend (execute)",
     "docker": "docker backend (execute)",
@@ -83,6 +88,8 @@ LABELS = {
 }
 
 Method = Callable[[str], None]
+#: The container backends' settings without their cgroup limits (what the bare-socket container has).
+UNLIMITED: dict[str, Any] = {"cpus": None, "memory": None, "pids_limit": None}
 
 
 def is_container(name: str) -> bool:
@@ -136,7 +143,7 @@ def socket_method(name: str, stack: contextlib.ExitStack) -> Method:
     return call
 
 
-def backend_method(name: str, stack: contextlib.ExitStack, **settings: str) -> Method:
+def backend_method(name: str, stack: contextlib.ExitStack, **settings: Any) -> Method:
     environment = get_environment(name, **settings)
     stack.callback(environment.close)
     environment.start()
@@ -174,6 +181,7 @@ def make_methods(backends: list[str], stack: contextlib.ExitStack) -> dict[str, 
         methods[name] = backend_method(name, stack)
         if is_container(name):
             methods[f"{name} attach"] = backend_method(name, stack, channel="attach")
+            methods[f"{name} unlimited"] = backend_method(name, stack, **UNLIMITED)
         methods[f"{name} stream"] = stream_method(name, stack)
     return methods
 

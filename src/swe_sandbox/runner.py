@@ -404,14 +404,27 @@ def token_of(environ):
     return environ[start:] if end < 0 else environ[start:end]
 
 
+def began_before(pid, start, since):
+    """Whether the process ``pid`` (its /proc ``start``, in clock ticks) began before a command's
+    shell, ``since`` = ``(ticks, shell pid)``: ``ticks`` no later than the shell's own start.
+
+    A tick is 10 ms: a background job of the command before, started in the same tick as this
+    shell, would look as young as it (and a timeout killed it). Pids are handed out in order, so
+    within that tick the lower pid is the older (a process that began before ``ticks`` is older
+    whatever its pid, should the pids have wrapped around).
+    """
+    return start < since[0] or pid < since[1]
+
+
 def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None, spared=frozenset()):
     """Pids in the tree of one command.
 
     That is: ``roots`` and their descendants, members of process group ``pgid``, holders of the
     environment ``marker`` (found after ``setsid``), and orphans re-parented to this runner (a
-    subreaper, or PID 1) since ``adopted_since`` (a /proc starttime), except those of a daemon of an
-    earlier command re-forking meanwhile: an orphan is spared when it carries the token of an
-    earlier command (in ``spared``) that a process older than ``adopted_since`` still carries.
+    subreaper, or PID 1) that began after the command's shell (``adopted_since``: ``(ticks, pid)``,
+    see ``began_before``), except those of a daemon of an earlier command re-forking meanwhile: an
+    orphan is spared when it carries the token of an earlier command (in ``spared``) that a process
+    older than the shell still carries.
     ``env -i``, an invented token, or one a command saved from an earlier command that left nothing
     running spare nothing (copying the token of a live background job gains nothing: that job could
     start anything itself).
@@ -421,7 +434,7 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None, spare
     for pid, (ppid, group, start) in table.items():
         if pid == me:
             continue
-        adopted = adopted_since is not None and ppid == me and start >= adopted_since
+        adopted = adopted_since is not None and ppid == me and not began_before(pid, start, adopted_since)
         if pgid is not None and group == pgid:
             found.add(pid)
         elif marker or adopted:
@@ -431,7 +444,8 @@ def find_tree(table, roots=(), pgid=None, marker=None, adopted_since=None, spare
             elif adopted:
                 token = token_of(environ)
                 if token in spared and alive is None:
-                    alive = set(token_of(environ_of(p)) for p, row in table.items() if row[2] < adopted_since)
+                    alive = set(token_of(environ_of(p)) for p, row in table.items()
+                                if began_before(p, row[2], adopted_since))
                 if token not in spared or token not in alive:
                     found.add(pid)
     frontier = set(roots) | found
@@ -662,15 +676,37 @@ def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=froze
               scope=None):
     """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
 
-    Each round stops every process found before killing it, so a fork bomb or a chain of
-    ``setsid`` re-spawns cannot outrun it for long; rounds repeat at once while victims are found.
+    As PID 1 of its pid namespace (a container, bwrap), the runner first stops every other process
+    of the namespace at once (``kill(-1, SIGSTOP)``, which a fork cannot outrun), finds and kills
+    the tree while nothing else runs, then lets the rest go on (SIGCONT: a process stopped before
+    is continued too). Elsewhere each round stops every process found before killing it, so a fork
+    bomb or a chain of ``setsid`` re-spawns cannot outrun it for long; rounds repeat at once while
+    victims are found.
     """
     if pgid is not None:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
-    deadline = time.monotonic() + budget
+    frozen = os.getpid() == 1 and signal_all(signal.SIGSTOP)
+    try:
+        kill_rounds(roots, pgid, marker, adopted_since, spared, time.monotonic() + budget, scope)
+    finally:
+        if frozen:
+            signal_all(signal.SIGCONT)
+
+
+def signal_all(sig):
+    """``kill(-1, sig)``: every process this one may signal but itself; whether it went out."""
+    try:
+        os.kill(-1, sig)
+    except OSError:
+        return False
+    return True
+
+
+def kill_rounds(roots, pgid, marker, adopted_since, spared, deadline, scope):
+    """``kill_tree``'s rounds: find the tree, stop and kill it, until none is left or ``deadline``."""
     while True:
         victims = find_tree(proc_table(scope), roots, pgid, marker, adopted_since, spared)
         if not victims and scope is not None:  # /proc/*/children can miss a process mid-fork
@@ -719,6 +755,9 @@ class Runner(object):
         self.scope = os.getpid() if SUBREAPER[0] else None
         #: The runner's own environment, read once (``os.environ`` decodes every item on each copy).
         self.base_env = dict(os.environ)
+        #: Where commands start by default: the runner's directory, by path (a command may remove and
+        #: make it again: the runner's own handle would then name a deleted directory).
+        self.home = os.getcwd()
 
     # -- plumbing -----------------------------------------------------------------------------
     def wake(self):
@@ -806,7 +845,7 @@ class Runner(object):
         started = time.monotonic()
         if self.cancelled(req):  # cancelled before it started: nothing to run
             return early_result(req, CANCELLED_MESSAGE, -1, started, cancelled=True)
-        cwd = req.get("cwd") or os.getcwd()
+        cwd = req.get("cwd") or self.home
         if not os.path.isdir(cwd):
             msg = bad_cwd_message(cwd, "notdir" if os.path.exists(cwd) else "missing")
             return early_result(req, msg, 1, started)
@@ -841,7 +880,7 @@ class Runner(object):
         if since is None:
             stat = proc_stat(proc.pid)
             since = stat and stat[3]
-        tags = (marker, since, frozenset(self.tokens))
+        tags = (marker, None if since is None else (since, proc.pid), frozenset(self.tokens))
         self.tokens.add(token.encode())
         try:
             return self.collect(req, proc, outputs, tags, started)
@@ -1078,7 +1117,7 @@ class Runner(object):
     def serve(self):
         write_frame(self.stdout, {
             "op": "ready", "protocol": PROTOCOL_VERSION, "pid": os.getpid(), "run_id": self.run_id,
-            "python": "%d.%d.%d" % sys.version_info[:3], "cwd": os.getcwd(),
+            "python": "%d.%d.%d" % sys.version_info[:3], "cwd": self.home,
         }, self.auth)
         threading.Thread(target=self.read_requests, daemon=True).start()
         if self.tether is not None:
@@ -1421,8 +1460,25 @@ def connect_channel(path):
     return sock
 
 
+#: Modules the runner imports where it needs them (the host never does), imported by ``preload``.
+LATER_MODULES = ("ctypes", "pwd", "socket")
+
+
+def preload():
+    """Import ``LATER_MODULES`` now, before any command runs: a command that is root in its sandbox
+    can rewrite the sandbox's standard library, and a module first imported later (``pwd`` for a
+    ``user``, ``socket`` for a network forward) would run that code inside the runner. Once
+    imported, a later ``import`` only finds it in ``sys.modules``."""
+    for name in LATER_MODULES:
+        try:
+            __import__(name)
+        except ImportError:
+            pass  # a Python built without it: what needs it fails then, as before
+
+
 def main():
     """Read the host's ``hello`` (the key, options), then serve until end of file."""
+    preload()
     harden()
     seal_fds()
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer

@@ -107,7 +107,7 @@ def test_a_missing_image_takes_the_sdk_path_which_says_why(tmp_path):
         env.execute("true")
     env.close()
     assert _containers_named(env.container_name) == []
-    assert not [p for p in Path(tempfile.gettempdir()).glob(f"{CHANNEL_DIR_PREFIX}{os.getpid()}-*")]
+    assert not list(Path(tempfile.gettempdir()).glob(f"{CHANNEL_DIR_PREFIX}{os.getpid()}-*"))
 
 
 def test_a_cli_run_that_fails_once_is_retried_through_the_sdk(monkeypatch):

@@ -28,7 +28,7 @@ import json
 import math
 import os
 import posixpath
-import selectors
+import select
 import shutil
 import struct
 import subprocess
@@ -93,6 +93,12 @@ def runner_payload(hello: dict[str, Any]) -> bytes:
         _RUNNER_SOURCE = Path(runner.__file__).read_bytes()
     data = json.dumps(hello).encode()
     return b"%d\n" % len(_RUNNER_SOURCE) + _RUNNER_SOURCE + struct.pack(">I", len(data)) + data
+
+
+def poll_ms(timeout: float | None) -> int | None:
+    """``timeout`` (seconds, None: no limit) as ``poll(2)``'s milliseconds, rounded up (never 0 for a
+    positive timeout, which would spin)."""
+    return None if timeout is None else max(0, math.ceil(timeout * 1000))
 
 
 def check_timeout(timeout: float | None) -> float | None:
@@ -303,6 +309,7 @@ class Channel:
         self._auth: runner.FrameAuth | None = None
         self._first: dict[str, Any] | None = None
         self._send_lock = threading.Lock()  # a cancel from another thread never splits a frame
+        self._stdout_poll: select.poll | None = None
 
     def start_runner(self, **options: Any) -> None:
         """Hand the runner its source and a fresh key (``runner``'s hello); from now on every
@@ -379,10 +386,11 @@ class Channel:
         stdout = self._process.stdout
         assert stdout is not None  # spawn_runner's stdout=PIPE
         fd = stdout.fileno()
-        with selectors.DefaultSelector() as sel:
-            sel.register(fd, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                return None
+        if self._stdout_poll is None:  # one poll(2) per read, registered once
+            self._stdout_poll = select.poll()
+            self._stdout_poll.register(fd, select.POLLIN)
+        if not self._stdout_poll.poll(poll_ms(timeout)):
+            return None
         return os.read(fd, 1 << 20)
 
     def send(self, obj: dict[str, Any]) -> None:

@@ -26,7 +26,6 @@ A remote engine cannot bind a directory of this host: the container backends dec
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import selectors
@@ -38,7 +37,7 @@ import threading
 from pathlib import Path
 from typing import IO
 
-from swe_sandbox.environments.base import Channel
+from swe_sandbox.environments.base import Channel, poll_ms
 
 #: Where the channel's directory is bound inside the sandbox (read-only).
 SANDBOX_CHANNEL_DIR = "/run/swe-sandbox/channel"
@@ -46,10 +45,9 @@ SANDBOX_CHANNEL_DIR = "/run/swe-sandbox/channel"
 CHANNEL_SOCKET_NAME = "runner.sock"
 #: Prefix of the host directories (``<prefix><owner pid>-<random>``), which ``gc`` sweeps.
 CHANNEL_DIR_PREFIX = "swe-sandbox-chan-"
-#: A ``CLI run`` writes its container's id beside the channel directory, at its path plus this
-#: (``container.environment``); read and removed once the runner answered, swept by ``gc`` after
-#: an owner that died before.
-CIDFILE_SUFFIX = ".cid"
+#: A ``CLI run`` writes its container's id in the channel directory under this name
+#: (``container.environment``): read and removed once the runner answered, before any command runs.
+CIDFILE_NAME = "container.cid"
 
 
 class ChannelSocket:
@@ -134,7 +132,7 @@ class DirectChannel(Channel):
 
     def _read_some(self, timeout: float | None) -> bytes | None:
         if self._poll is not None:  # connected: one poll(2) per read, registered once
-            if not self._poll.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))):
+            if not self._poll.poll(poll_ms(timeout)):
                 return None
             assert self._sock is not None
             return self._sock.recv(1 << 20)
@@ -195,7 +193,7 @@ class DirectChannel(Channel):
 
 
 def gc(directory: str | None = None) -> int:
-    """Remove the channel directories (and cid files) of owners that are gone (a host killed before it closed).
+    """Remove the channel directories of owners that are gone (a host killed before it closed).
 
     Args:
         directory (str | None): where they are made; default ``tempfile.gettempdir()``.
@@ -206,13 +204,8 @@ def gc(directory: str | None = None) -> int:
     removed = 0
     for path in Path(directory or tempfile.gettempdir()).glob(f"{CHANNEL_DIR_PREFIX}*-*"):
         pid = path.name[len(CHANNEL_DIR_PREFIX):].partition("-")[0]
-        if not pid.isdigit() or Path(f"/proc/{pid}").exists() or path.is_symlink() or path.stat().st_uid != os.getuid():
-            continue
-        if path.is_dir():
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and path.is_dir() and not path.is_symlink() \
+                and path.stat().st_uid == os.getuid():
             shutil.rmtree(path, ignore_errors=True)
-        elif path.name.endswith(CIDFILE_SUFFIX):
-            path.unlink(missing_ok=True)
-        else:
-            continue
-        removed += 1
+            removed += 1
     return removed

@@ -607,6 +607,21 @@ def test_timeout_spares_earlier_background_jobs(make_env):
     assert len(sandbox_processes_with(environment, earlier)) == 2, "the timeout killed an earlier job"
 
 
+def test_timeout_spares_a_background_job_of_the_command_just_before(make_env):
+    """A background job started by the command right before the one that times out (often within
+    the same 10 ms clock tick as the next command's shell, which /proc start times cannot tell
+    apart) keeps running: it is the earlier command's, not this one's."""
+    environment = started_env(make_env)
+    for _ in range(3):
+        marker = unique_marker()
+        started = run(environment, f"bash -c 'while :; do sleep 0.05; done; : {marker}' >/dev/null 2>&1 & echo ok")
+        assert started["output"] == "ok\n"
+        result, elapsed = timed(environment, "sleep 30", timeout=0.5)
+        assert_timed_out(result, elapsed, 0.5)
+        assert sandbox_processes_with(environment, marker), "the timeout killed the job of the command before"
+        run(environment, f"pkill -f {marker}; true")
+
+
 def test_timeout_spares_daemons_of_earlier_background_jobs(make_env):
     """A timeout spares processes an earlier command's background job daemonizes during that timeout."""
     environment = started_env(make_env)

@@ -59,7 +59,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
 
@@ -92,8 +92,7 @@ from swe_sandbox.environments.container.engine import gc as engine_gc
 from swe_sandbox.environments.container.image_ref import built_here, check_reference, is_loopback, parse_image
 from swe_sandbox.environments.container.pull_errors import pull_error
 from swe_sandbox.environments.container.pulling import PullRequest, pull
-from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot, release
-from swe_sandbox.environments.direct import CIDFILE_SUFFIX, ChannelSocket, DirectChannel
+from swe_sandbox.environments.direct import CIDFILE_NAME, ChannelSocket, DirectChannel
 from swe_sandbox.environments.fallback import ExecFallbackChannel, popen_exec
 from swe_sandbox.errors import (
     BackendUnavailable,
@@ -105,6 +104,9 @@ from swe_sandbox.errors import (
 )
 from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.runner import BOOTSTRAP
+
+if TYPE_CHECKING:  # imported where used: a start (a one-shot exec) needs no snapshot code
+    from swe_sandbox.environments.container.snapshot import ContainerSnapshot
 
 #: Capabilities kept by default (everything else is dropped). Root in the sandbox can still own,
 #: read and write every file of the sandbox (CHOWN, DAC_OVERRIDE, FOWNER), switch users as package
@@ -356,6 +358,8 @@ class ContainerEnvironment(Environment):
 
     def _snapshot(self) -> ContainerSnapshot:
         """The container's whole root, committed (``container.snapshot``)."""
+        from swe_sandbox.environments.container.snapshot import ArchiveSnapshot, ContainerSnapshot
+
         kind = ContainerSnapshot if self.engine.commit_keeps_owners or self.config.userns == "host" else ArchiveSnapshot
         return kind.take(self)
 
@@ -638,7 +642,7 @@ class ContainerEnvironment(Environment):
         listening = self._listening
         if listening is None or self.pull_policy == "always":
             return None
-        cidfile = Path(f"{listening.dir}{CIDFILE_SUFFIX}")
+        cidfile = listening.dir / CIDFILE_NAME  # in our own directory: no other user can plant a link there
         launch = self.engine.run_argv(self.container_spec(), str(cidfile))
         if launch is None:
             return None
@@ -777,6 +781,8 @@ class ContainerEnvironment(Environment):
             self._finalizer.detach()
             self._finalizer = None
         self.engine.remove(cid)
+        from swe_sandbox.environments.container.snapshot import release
+
         release(self.engine, self.config.image)  # the last sandbox of a removed snapshot's image
 
     def describe_state(self) -> str:
