@@ -151,3 +151,13 @@ def command_lines() -> list[str]:
 def _containers_named(name: str) -> list[str]:
     done = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{name}$"], capture_output=True, text=True)
     return done.stdout.split()
+
+
+def test_no_first_frame_in_time_is_a_start_error_not_a_second_container():
+    """The CLI still waiting when ``start_timeout`` runs out: the sandbox was slow, not refused;
+    it is a ``SandboxStartError`` at once (no SDK retry doubling the wait) and nothing is left."""
+    env = swe_sandbox.get_environment("docker", start_timeout=0.05)
+    with pytest.raises(swe_sandbox.errors.SandboxStartError, match="did not start"):
+        env.execute("true")
+    env.close()
+    assert _containers_named(env.container_name) == []

@@ -54,6 +54,7 @@ import re
 import shlex
 import socket
 import struct
+import subprocess
 import tarfile
 import time
 import uuid
@@ -636,9 +637,13 @@ class ContainerEnvironment(Environment):
         where the engine's CLI can say the whole spec, the channel is direct and the image needs no
         pull first; the channel, its runner's first frame read, or None.
 
-        None too when the CLI failed before that frame (no image, a refused option, an engine
+        None too when the CLI exited before that frame (no image, a refused option, an engine
         down): what is left of it is removed and a new channel socket made, so the SDK path
-        (``_create``) can pull, or say why in its own words."""
+        (``_create``) can pull, or say why in its own words.
+
+        Raises:
+            SandboxStartError: no first frame within ``start_timeout`` (the CLI still waiting), or
+                the first frame was not the runner's."""
         listening = self._listening
         if listening is None or self.pull_policy == "always":
             return None
@@ -651,9 +656,13 @@ class ContainerEnvironment(Environment):
         try:
             channel.ready(self.config.start_timeout, unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
             self._adopt(cidfile.read_text().strip())
-        except (SandboxDied, OSError):
+        except (SandboxDied, OSError) as exc:
+            still_running = isinstance(channel.proc, subprocess.Popen) and channel.proc.poll() is None
+            why = channel.diagnose() or str(exc)
             channel.close(wait=0.5)
             self._forget_by_name()
+            if still_running:  # no answer within start_timeout: slow, not refused (no second try)
+                raise SandboxStartError(f"{self.engine.name}: the container did not start: {why}") from None
             self._listening = ChannelSocket()
             return None
         except ProtocolError as exc:  # e.g. a connection to the direct channel that was not the runner's
