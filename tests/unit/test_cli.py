@@ -214,6 +214,18 @@ def test_backend_unavailable_exits_3():
     assert_one_clean_line(result.stderr)
 
 
+def test_a_bwrap_that_cannot_make_its_sandbox_is_unavailable_with_the_probe_reason(tmp_path):
+    """The probe (``bwrap --version`` and a trial sandbox) runs only when a start fails; its reason
+    still decides the error (unavailable, exit 3), not a bare "the runner did not start"."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    result = invoke("exec", "--env", "bwrap", "-c", f"environment.bwrap_path={fake}", "--", "true")
+    assert result.exit_code == exit_codes.EXIT_BACKEND_UNAVAILABLE, result.stderr
+    assert "bubblewrap >= 0.8.0 is needed" in result.stderr
+    assert_one_clean_line(result.stderr)
+
+
 def test_sandbox_that_dies_exits_4():
     result = invoke("exec", "--env", "local", "--", "kill -9 $PPID")  # $PPID: the runner
     assert result.exit_code == exit_codes.EXIT_SANDBOX_FAILED == 4

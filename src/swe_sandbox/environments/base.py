@@ -59,6 +59,7 @@ from swe_sandbox.errors import (
     SandboxError,
     SandboxStartError,
     Submitted,
+    SweSandboxError,
 )
 from swe_sandbox.network.policy import NetworkPolicy, proxy_environment
 from swe_sandbox.streaming import StreamEvent
@@ -513,14 +514,38 @@ class Channel:
                 proc.stdin.close()  # end of file: the runner kills what commands left, then exits
         except (OSError, ValueError):
             pass
-        try:
-            proc.wait(timeout=wait)
-        except subprocess.TimeoutExpired:
+        if not wait_exit(proc, wait):
             proc.kill()
             proc.wait()
         for stream in (proc.stdout, self.stderr_file):
             if stream is not None:
                 stream.close()
+
+
+def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether ``proc`` exited (and was reaped) within ``timeout`` seconds.
+
+    Through a pidfd where there is one (Linux >= 5.3): woken at the exit itself, where
+    ``Popen.wait(timeout)`` polls with sleeps growing to 50 ms (a one-shot ``exec`` on bwrap spent
+    ~30 ms of its close there).
+    """
+    if proc.poll() is not None:
+        return True
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):  # no pidfd here: Popen's own wait
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.poll(poll_ms(timeout))
+    finally:
+        os.close(pidfd)
+    return proc.poll() is not None
 
 
 _SPAWNER = None
@@ -617,6 +642,11 @@ class Environment:
         """Remove whatever the sandbox left on the host (idempotent)."""
 
     # -- hooks (optional) --------------------------------------------------------------------------
+    def _start_error(self, exc: SandboxError) -> SweSandboxError:
+        """What to raise when the runner did not start (``exc``: why its first frame did not come);
+        a backend that checks its prerequisites only then says what is missing."""
+        return SandboxStartError(f"{type(self).__name__}: the runner did not start: {exc}")
+
     def _after_start(self) -> None:
         """The sandbox and its session are up (``self.info`` holds the ready frame); a failure here
         should ``close()`` and raise ``SandboxStartError``."""
@@ -692,7 +722,7 @@ class Environment:
             channel.close(wait=0.5)
             self._stop()
             self._stop_network()
-            raise SandboxStartError(f"{type(self).__name__}: the runner did not start: {exc}") from None
+            raise self._start_error(exc) from None
         if ready.get("op") != "ready":
             channel.close(wait=0.5)
             self._stop_network()

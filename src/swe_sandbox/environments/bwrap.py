@@ -41,7 +41,7 @@ from swe_sandbox.environments import bwrap_seccomp, hostcopy, scratch
 from swe_sandbox.environments.base import Channel, Environment, mount_relative, spawn_runner
 from swe_sandbox.environments.scratch import SCRATCH_MOUNTS
 from swe_sandbox.environments.snapshot import SnapshotRoot
-from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SandboxStartError
+from swe_sandbox.errors import BackendUnavailable, ConfigError, SandboxError, SandboxStartError, SweSandboxError
 from swe_sandbox.network.policy import SANDBOX_NET_DIR
 from swe_sandbox.runner import BOOTSTRAP, ISOLATED, descendants
 
@@ -407,22 +407,28 @@ class BwrapEnvironment(Environment):
 
     def _open_channel(self) -> Channel:
         cfg = self.config
-        reason = self.unavailable_reason(cfg.bwrap_path)
-        if reason:
-            raise BackendUnavailable(reason)
+        if shutil.which(cfg.bwrap_path) is None:  # the rest of the probe only if the start fails
+            raise BackendUnavailable(self.unavailable_reason(cfg.bwrap_path) or f"{cfg.bwrap_path} is not found")
         bpf = self._seccomp_bpf()
         ids = self.host_ids()
         self._take_scratch(ids)
         try:
             argv = self.bwrap_argv(seccomp_fd=SECCOMP_FD if bpf else None, uid0=ids is not None)
             path = shutil.which(argv[0])  # resolved here: Popen would search the sandbox's PATH
-            assert path is not None  # unavailable_reason() just found it
+            assert path is not None  # found just above
             argv[0] = path
             launch = launch_argv(argv, rlimits=self._rlimits(), ids=ids, bpf=bpf)
             return spawn_runner(launch, self.sandbox_env(BASE_ENV))
         except BaseException:
             self._release_scratch()
             raise
+
+    def _start_error(self, exc: SandboxError) -> SweSandboxError:
+        """The runner did not start: bubblewrap's own probe (``unavailable_reason``: its version, its
+        namespaces as this process starts them) says why where it can (``BackendUnavailable``). Run
+        only now: before every start it cost two more processes (~50 ms of a one-shot ``exec``)."""
+        reason = self.unavailable_reason(self.config.bwrap_path)
+        return BackendUnavailable(reason) if reason else super()._start_error(exc)
 
     def _take_scratch(self, ids: tuple[int, int] | None) -> None:
         """Hold this sandbox's tmpfs in ``scratch.TMPFS``, or past its budget make its disk scratch."""
