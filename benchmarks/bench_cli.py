@@ -18,7 +18,8 @@ to its ``src`` (the ``swe-sandbox`` script on PATH may be another checkout's):
 - ``exec podman``, ``podman run``: the same with podman (``--no-podman`` leaves them out).
 
 ``--compare SRC`` also times the three CLI commands of another checkout's ``src`` (e.g. main before
-a change) in the same rounds, and prints the ratio this / that per command.
+a change) in the same rounds, and prints the ratio this / that per command. Both checkouts' modules
+are compiled to bytecode first (``compile_bytecode``), as an installed package's are.
 
 Targets checked (PASS/FAIL, medians): ``exec bwrap`` <= 0.2 s; ``exec docker`` <= 1.5x
 ``docker run``. A measurement, not a timed test.
@@ -68,6 +69,13 @@ def run_process(key: str, argv: list[str], env: dict[str, str] | None) -> None:
     cpu_samples.setdefault(key, []).append(children_cpu() - before)
     if done.returncode != 0:
         raise SystemExit(f"{key} failed: {argv} -> exit {done.returncode}: {done.stdout[-500:]!r}")
+
+
+def compile_bytecode(src: Path) -> None:
+    """Compile ``src``'s modules to bytecode (``__pycache__``, ignored by git), as an installed
+    package has them: a checkout run with ``PYTHONDONTWRITEBYTECODE`` set (this host sets it) would
+    compile every module it imports at every start instead, which is not the CLI's own cost."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(src)], check=True, stdout=subprocess.DEVNULL)
 
 
 def cli_env(src: Path) -> dict[str, str]:
@@ -144,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
           f"load {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"targets: exec --env bwrap -- true <= {TARGET_BWRAP_S:g} s; exec --env docker -- true <= "
           f"{TARGET_DOCKER_RATIO:g}x docker run --rm {IMAGE} true (medians, whole processes)")
+    for src in [SRC] + ([Path(args.compare).resolve()] if args.compare else []):
+        compile_bytecode(src)
     started = time.perf_counter()
     samples, _ = round_robin(methods(args), args.n, args.warmup)
     print_table(samples, args.warmup)
