@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP
+from swe_sandbox.cli.exit_codes import EXIT_AT_ONCE, EXIT_CODES_HELP
 
 #: Command name -> the module of ``swe_sandbox.cli`` whose ``app`` defines it, in help order.
 COMMANDS: dict[str, str] = {
@@ -168,7 +168,7 @@ def main() -> None:
 
         args = bare_ray_flag(args)
     with terminate_on_signals():
-        app(prog_name="swe-sandbox", args=args)
+        app(prog_name="swe-sandbox", args=args, obj={EXIT_AT_ONCE: True})
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from swe_sandbox.cli.exit_codes import EXIT_CODES_HELP, EXIT_TIMEOUT, EXIT_UNFINISHED, EXIT_USAGE
-from swe_sandbox.cli.guard import fail, run_guarded
+from swe_sandbox.cli.exit_codes import EXIT_AT_ONCE, EXIT_CODES_HELP, EXIT_TIMEOUT, EXIT_UNFINISHED, EXIT_USAGE
+from swe_sandbox.cli.guard import exit_at_once, fail, run_guarded
 from swe_sandbox.cli.pull_display import show_pulls_of
 from swe_sandbox.errors import ConfigError
 from swe_sandbox.terminal import StreamEscaper, for_stream, is_terminal
@@ -90,6 +90,7 @@ def check_timeout(timeout: float | None) -> None:
 
 @app.command("exec", help=EXEC_HELP, context_settings={"allow_interspersed_args": False})
 def exec_command(
+    ctx: typer.Context,
     command: Annotated[
         list[str],
         typer.Argument(metavar="COMMAND", help="The command (words joined with spaces); '-': read it from stdin.",
@@ -161,7 +162,10 @@ def exec_command(
                 typer.echo(for_stream(result["exception_info"], sys.stderr, raw), err=True)
         return exit_status(result)
 
-    raise typer.Exit(run_guarded(body))
+    status = run_guarded(body)
+    if (ctx.find_root().obj or {}).get(EXIT_AT_ONCE):  # the program itself: the sandbox is closed, end now
+        exit_at_once(status)
+    raise typer.Exit(status)
 
 
 def streamed(environment: Any, action: dict[str, Any], cwd: str, timeout: float | None, raw: bool) -> dict[str, Any]:

@@ -95,3 +95,8 @@ cannot run on this host; 4 when the sandbox failed (did not start, died or vanis
 Ctrl-C, 143 on SIGTERM, 129 on SIGHUP (the sandbox is removed first). A command may exit 2, 3 or
 4 by itself: use --json, whose "returncode" is authoritative, to tell them apart.
 """
+
+#: Key of the root context's ``obj`` that ``app.main`` sets: the process is the program itself (not
+#: ``CliRunner``, not a caller embedding the app), so a finished ``exec`` may end it at once
+#: (``guard.exit_at_once``).
+EXIT_AT_ONCE = "exit_at_once"

@@ -116,3 +116,21 @@ def run_guarded(body: Callable[[], int]) -> int:
     """``guarded`` for ``exec`` and ``check``: an error is status 4 unless its outcome has its own,
     its message folded (``fail``); Ctrl-C / SIGTERM / SIGHUP say so (130, 143, 129)."""
     return guarded(body, other=EXIT_SANDBOX_FAILED, folded=True)
+
+
+def exit_at_once(status: int) -> None:
+    """End a finished one-shot ``exec`` now: flush stdout and stderr, run the ``atexit`` handlers
+    (logging's flush among them), then ``os._exit``, skipping the interpreter's teardown of every
+    module and object: ~13% of ``exec --env bwrap -- true`` (~60 ms measured here). Called only
+    when the sandbox is closed and nothing else runs, and only in the program itself."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()  # CPython's own exit runs these first; they have no public name
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(status)
