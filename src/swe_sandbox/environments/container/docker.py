@@ -1,6 +1,7 @@
-"""Backend ``docker``: one container per environment through the docker SDK, the runner its main
-process, attached through one ``docker start -ai`` (see ``swe_sandbox.environments.container.environment`` for
-everything both engines share).
+"""Backend ``docker``: one container per environment, the runner its main process, created,
+started and attached by one ``docker run -i`` (``cli_run``: no SDK on the start path), or through
+the docker SDK then one ``docker start -ai`` where the CLI cannot say the spec or its run failed
+(see ``swe_sandbox.environments.container.environment`` for everything both engines share).
 
 Only what is Docker's own lives here: client construction (``api_timeout`` instead of the SDK's
 60 s default socket timeout; API version negotiated, so an older daemon works) and how the
