@@ -673,13 +673,14 @@ def relay(client, upstream, slots):
 
 
 def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=frozenset(), budget=KILL_BUDGET_S,
-              scope=None):
+              scope=None, freeze=False):
     """SIGKILL the tree until nothing of it is left, for at most ``budget`` seconds.
 
-    As PID 1 of its pid namespace (a container, bwrap), the runner first stops every other process
-    of the namespace at once (``kill(-1, SIGSTOP)``, which a fork cannot outrun), finds and kills
-    the tree while nothing else runs, then lets the rest go on (SIGCONT: a process stopped before
-    is continued too). Elsewhere each round stops every process found before killing it, so a fork
+    With ``freeze`` (the runner's calls) and as PID 1 of its pid namespace (a container, bwrap),
+    it first stops every other process of the namespace at once (``kill(-1, SIGSTOP)``, which a
+    fork cannot outrun), finds and kills the tree while nothing else runs, then lets the rest go
+    on (SIGCONT: a process stopped before is continued too). Never on a host (``local``'s sweep,
+    or swe-sandbox itself the PID 1 of a container it runs in). Elsewhere each round stops every process found before killing it, so a fork
     bomb or a chain of ``setsid`` re-spawns cannot outrun it for long; rounds repeat at once while
     victims are found.
     """
@@ -688,7 +689,7 @@ def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=froze
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
-    frozen = os.getpid() == 1 and signal_all(signal.SIGSTOP)
+    frozen = freeze and os.getpid() == 1 and signal_all(signal.SIGSTOP)
     try:
         kill_rounds(roots, pgid, marker, adopted_since, spared, time.monotonic() + budget, scope)
     finally:
@@ -885,7 +886,7 @@ class Runner(object):
         try:
             return self.collect(req, proc, outputs, tags, started)
         except BaseException:  # whatever went wrong here, the command's tree does not outlive it
-            kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
+            kill_tree([proc.pid], proc.pid, *tags, scope=self.scope, freeze=True)
             raise
 
     def spawn(self, argv, fds, keep_fd, cwd, env, as_user):
@@ -944,7 +945,7 @@ class Runner(object):
             cancelled = self.cancelled(req)
             if self.closing or cancelled or (deadline is not None and now >= deadline and not exited.is_set()):
                 timed_out = not (self.closing or cancelled)
-                kill_tree([proc.pid], proc.pid, *tags, scope=self.scope)
+                kill_tree([proc.pid], proc.pid, *tags, scope=self.scope, freeze=True)
                 self.read_until(sel, outputs, time.monotonic() + KILL_COLLECT_S)
                 proc.wait_briefly(exited, 0.2)  # the status is not needed: a timeout reports -1
                 break
@@ -1048,7 +1049,7 @@ class Runner(object):
     def shutdown(self):
         """Kill every process a command started (tokens, and orphans re-parented to us)."""
         marker = ("\0%s=%s\0" % (RUN_TOKEN_VAR, self.run_id)).encode()
-        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
+        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope, freeze=True)
         self.reap()
 
     def reset(self, req):
@@ -1058,9 +1059,9 @@ class Runner(object):
         if req.get("kill") is False:  # only the entries, nothing touched
             return {"op": "result", "processes": [], "errors": [],
                     "entries": dict((str(p), path_entry(str(p))) for p in req.get("digest") or [])}
-        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope)
+        kill_tree([os.getpid()], None, marker, budget=4 * KILL_BUDGET_S, scope=self.scope, freeze=True)
         if os.getpid() == 1:  # every process of the namespace, also those entered from outside
-            kill_tree(sorted(proc_table()), budget=4 * KILL_BUDGET_S)
+            kill_tree(sorted(proc_table()), budget=4 * KILL_BUDGET_S, freeze=True)
             remove_sysv_ipc()  # the namespace's own: shared memory, queues, semaphores
         errors = []
         for path in req.get("remove") or []:
