@@ -161,3 +161,16 @@ def test_no_first_frame_in_time_is_a_start_error_not_a_second_container():
         env.execute("true")
     env.close()
     assert _containers_named(env.container_name) == []
+
+
+def test_variables_that_would_change_the_cli_process_stay_out_of_its_environment():
+    """The loader's variables (``LD_LIBRARY_PATH`` here; ``LD_PRELOAD`` alike) and ``GODEBUG`` reach the
+    sandbox, but the ``docker`` CLI process runs with its own environment."""
+    sandbox_env = {"LD_LIBRARY_PATH": "/nonexistent-lib", "GODEBUG": "http2debug=2", "PLAIN": "p"}
+    with swe_sandbox.get_environment("docker", env=sandbox_env) as env:
+        result = env.execute("echo $LD_LIBRARY_PATH $GODEBUG $PLAIN")
+        assert result["output"] == "/nonexistent-lib http2debug=2 p\n", result
+        cli = env._channel.proc  # the `docker run` process holding the attach
+        environ = Path(f"/proc/{cli.pid}/environ").read_bytes().split(b"\0")
+        assert b"PLAIN=p" in environ  # taken from the CLI's environment (--env PLAIN) ...
+        assert not [item for item in environ if item.startswith((b"LD_LIBRARY_PATH=", b"GODEBUG="))]  # ... not these

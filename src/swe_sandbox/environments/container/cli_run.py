@@ -10,8 +10,9 @@ compares the two containers' inspect data); the SDK is imported later only if so
 
 Environment values never go on the CLI's command line, where any local user could read them in
 ``/proc``: each is passed as ``--env NAME`` with the value in the CLI process's own environment.
-The names the CLI itself reads (``engine.CLI_ENV_VARS``: ``PATH``, ``HOME``, ...) go on the
-command line as ``NAME=VALUE`` (not secrets; the CLI keeps its own); a ``DOCKER_*`` or
+The names the CLI itself reads (``engine.CLI_ENV_VARS``: ``PATH``, ``HOME``, ...) and those that
+would change how the CLI process runs (``CLI_PROCESS_VARS``: ``LD_PRELOAD``, ``GODEBUG``, proxies,
+...) go on the command line as ``NAME=VALUE`` (the CLI keeps its own environment); a ``DOCKER_*`` or
 ``CONTAINER*`` name in the sandbox's environment, a mount path the ``--mount`` syntax cannot hold,
 or engine-specific ``create_args`` make ``docker_run_argv`` return None: the SDK path then creates.
 """
@@ -22,6 +23,14 @@ from swe_sandbox.environments.container.engine import CLI_ENV_PREFIXES, CLI_ENV_
 
 #: Characters a ``--mount`` field cannot hold unquoted (its value is comma-separated key=value).
 MOUNT_UNSAFE = frozenset(',="\n')
+#: Variables that would change how the CLI process itself runs (its loader, libc, Go runtime,
+#: resolver, TLS, proxy) were they in its environment: the sandbox's go on the command line instead.
+CLI_PROCESS_VARS = frozenset((
+    "GLIBC_TUNABLES", "GCONV_PATH", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS", "TZ", "TZDIR", "SSL_CERT_FILE",
+    "SSL_CERT_DIR", "GODEBUG", "GOGC", "GOMAXPROCS", "GOMEMLIMIT", "GOTRACEBACK", "GORACE", "HTTP_PROXY",
+    "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy", "all_proxy"))
+#: Prefixes of more such variables (the dynamic loader's, glibc malloc's).
+CLI_PROCESS_PREFIXES = ("LD_", "MALLOC_")
 
 
 def docker_run_argv(cli: list[str], spec: ContainerSpec, cidfile: str) -> tuple[list[str], dict[str, str]] | None:
@@ -47,7 +56,7 @@ def docker_run_argv(cli: list[str], spec: ContainerSpec, cidfile: str) -> tuple[
             "--name", spec.name, "--workdir", spec.working_dir, "--hostname", spec.hostname, "--network", spec.network]
     values: dict[str, str] = {}
     for name, value in spec.environment.items():
-        if name in CLI_ENV_VARS:
+        if name in CLI_ENV_VARS or name in CLI_PROCESS_VARS or name.startswith(CLI_PROCESS_PREFIXES):
             argv += ["--env", f"{name}={value}"]
         else:
             argv += ["--env", name]
