@@ -127,6 +127,20 @@ def test_a_cli_run_that_fails_once_is_retried_through_the_sdk(monkeypatch):
         assert len(_containers_named(env.container_name)) == 1
 
 
+def test_a_cli_that_closes_its_output_before_it_exits_is_retried_through_the_sdk(monkeypatch):
+    """A process's pipes close before its exit status exists: the end of file alone means the CLI
+    gave up (CI once saw ``poll()`` still None there and reported a start error, not a retry)."""
+    from swe_sandbox.environments.container import docker as docker_backend
+
+    def lingering(cli, spec, cidfile):
+        return ["bash", "-c", "exec >&- 2>&-; sleep 1; exit 125"], {}
+
+    monkeypatch.setattr(docker_backend, "docker_run_argv", lingering)
+    with swe_sandbox.get_environment("docker") as env:
+        assert env.execute("echo ok")["output"] == "ok\n"
+        assert env.info["channel"] == "socket"
+
+
 def test_environment_values_stay_off_host_command_lines():
     secret = "s3cr3t-value-for-the-cli-test"
     with swe_sandbox.get_environment("docker", env={"MY_SECRET": secret}) as env:

@@ -54,7 +54,6 @@ import re
 import shlex
 import socket
 import struct
-import subprocess
 import tarfile
 import time
 import uuid
@@ -653,15 +652,18 @@ class ContainerEnvironment(Environment):
             return None
         argv, values = launch
         channel = self._spawn(argv, {**cli_env, **values})
+        deadline = time.monotonic() + self.config.start_timeout
         try:
             channel.ready(self.config.start_timeout, unauthenticated=(NOPYTHON_FRAME["op"], HOST_ROOT_FRAME["op"]))
             self._adopt(cidfile.read_text().strip())
         except (SandboxDied, OSError) as exc:
-            still_running = isinstance(channel.proc, subprocess.Popen) and channel.proc.poll() is None
+            # End of file before the deadline: the CLI gave up (its exit status may not be there
+            # yet: a process closes its pipes before it becomes a zombie, so no poll() here).
+            timed_out = time.monotonic() >= deadline
             why = channel.diagnose() or str(exc)
             channel.close(wait=0.5)
             self._forget_by_name()
-            if still_running:  # no answer within start_timeout: slow, not refused (no second try)
+            if timed_out:  # no answer within start_timeout: slow, not refused (no second try)
                 raise SandboxStartError(f"{self.engine.name}: the container did not start: {why}") from None
             self._listening = ChannelSocket()
             return None
