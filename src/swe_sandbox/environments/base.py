@@ -411,7 +411,7 @@ class Channel:
                     frame += self._auth.sign(frame)
                 self._write(frame)
         except (OSError, ValueError) as exc:
-            raise SandboxDied(f"the sandbox is gone (cannot write to its runner: {exc}). {self.diagnose()}") from None
+            raise SandboxDied(gone(f"cannot write to its runner: {exc}", self.diagnose())) from None
 
     def recv(self, timeout: float | None, unauthenticated: tuple[str, ...] = (), *,
              deadline: float | None = None) -> dict[str, Any]:
@@ -474,9 +474,9 @@ class Channel:
             try:
                 data = self._read_some(left)
             except OSError as exc:
-                raise SandboxDied(f"the sandbox is gone ({exc}). {self.diagnose()}") from None
+                raise SandboxDied(gone(str(exc), self.diagnose())) from None
             if data == b"":
-                raise SandboxDied(f"the sandbox is gone (its runner exited). {self.diagnose()}")
+                raise SandboxDied(gone("its runner exited", self.diagnose()))
             if data:
                 self._buf += data
 
@@ -520,6 +520,12 @@ class Channel:
         for stream in (proc.stdout, self.stderr_file):
             if stream is not None:
                 stream.close()
+
+
+def gone(why: str, diagnosis: str) -> str:
+    """``SandboxDied``'s message for a runner that cannot be reached: ``why``, then what its process
+    left behind (``Channel.diagnose``), when anything."""
+    return f"the sandbox is gone ({why})" + (f". {diagnosis}" if diagnosis else "")
 
 
 def wait_exit(proc: subprocess.Popen[bytes], timeout: float) -> bool:

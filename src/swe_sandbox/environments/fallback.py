@@ -81,8 +81,7 @@ KILL_HOLDERS = r"""kill_holders() {
 """
 
 FALLBACK_SCRIPT = KILL_HOLDERS + r"""
-cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 orphans=$7 deadline=${8:-} runtrace=${9:-} spared=" ${10:-} "
-eval "$6"
+cwd=$1 tcs=$2 tok=$3 drain=$4 collect=$5 exports=$6 orphans=$7 deadline=${8:-} runtrace=${9:-} spared=" ${10:-} "
 status() { printf 'swe-sandbox-status %s\n' "$*" >&2; }
 # A stray TERM/HUP/INT (`kill $PPID`, `pkill sh`) runs a no-op trap instead of ending this wrapper
 # (a trap, not an ignore, which the command would inherit); `wait` then returns early, so it loops.
@@ -155,7 +154,9 @@ if [ -n "$tcs" ]; then  # the watchdog's end, in centiseconds of /proc/uptime
     swe-sandbox-watchdog "$((now + left))" "$d" </dev/null >/dev/null 2>&1 &
   dog=$!
 fi
-SWE_SANDBOX_CMD=$tok $run -c "$script" </dev/null >"$d/out" 2>&1 9<"$d/trace" 8<"${runtrace:-/dev/null}" 7<&- &
+# The variables are the command's alone, exported in its own shell: in this one a PATH or IFS
+# of the caller's would break the wrapper (and its status line) instead of the command.
+SWE_SANDBOX_CMD=$tok $run -c "$exports$script" </dev/null >"$d/out" 2>&1 9<"$d/trace" 8<"${runtrace:-/dev/null}" 7<&- &
 pid=$!
 echo "$pid" >"$d/pid"
 stat_of "$pid" && started=$start_ || started=0
@@ -240,8 +241,8 @@ def fallback_argv(cwd: str, timeout: float | None, token: str, env: dict[str, st
                   spared: Sequence[str] = ()) -> list[str]:
     """The argv that runs ``FALLBACK_SCRIPT`` for one command (its stdin carries the command).
 
-    ``env`` is exported by the script itself (quoted), so a transport that only takes a command
-    string (ssh) can ``shlex.join`` this argv as is. ``sweep_orphans``: see ``ExecFallbackChannel``.
+    ``env`` is exported (quoted) in the command's own shell, never in the script's, so a transport
+    that only takes a command string (ssh) can ``shlex.join`` this argv as is. ``sweep_orphans``: see ``ExecFallbackChannel``.
     ``deadline_cs``: when the timeout expires, in centiseconds of ``/proc/uptime`` (only where the
     sandbox shares the host's kernel); the watchdog then also counts the time the exec took to start.
     ``run_trace``: a file every command of the environment gets open as its fd 8 (see

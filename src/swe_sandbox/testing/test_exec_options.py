@@ -60,6 +60,17 @@ def test_env_applies_to_one_command_only(env):
     assert env.execute({"command": "echo \"[$ONE_OFF]\""})["output"] == "[]\n"
 
 
+@pytest.mark.parametrize("variables", [{"IFS": "x"}, {"PATH": "/nonexistent"}, {"LC_ALL": "no_such.UTF-8"},
+                                       {"TMPDIR": "/nonexistent"}], ids=["IFS", "PATH", "LC_ALL", "TMPDIR"])
+def test_env_that_breaks_shells_is_the_commands_alone(env, variables):
+    """A variable that would break a shell (``IFS``, ``PATH``) changes that command's result at most,
+    never the sandbox: the next command runs as before (a red team's: the exec fallback once
+    exported them in its own wrapper, whose failure closed the sandbox)."""
+    result = env.execute({"command": "echo ran"}, env=variables)
+    assert result["returncode"] == 127 or (result["returncode"], result["output"][-4:]) == (0, "ran\n"), result
+    assert env.execute({"command": "echo alive"})["output"] == "alive\n"
+
+
 @requires(RUN_AS_USER)
 def test_a_command_can_run_as_another_user(env):
     result = env.execute({"command": "id -un; echo $HOME"}, user="nobody")
