@@ -82,6 +82,8 @@ def test_star_allows_any_name_but_no_address() -> None:
     ("CONNECT pypi.org HTTP/1.1", "pypi.org", None, "no port"),
     ("CONNECT a.test@evil.test:443 HTTP/1.1", "a.test@evil.test:443", None, "user info in target"),
     ("CONNECT [::1]:443 HTTP/1.1", "[::1]:443", None, "raw IP address"),
+    ("CONNECT ::1 HTTP/1.1", "::1", None, "raw IP address"),
+    ("CONNECT pypi.org:443:444 HTTP/1.1", "pypi.org", None, "bad port"),
     ("GET http://pypi.org/simple/ HTTP/1.1", "pypi.org", 80, None),
     ("GET http://pypi.org:8080?x HTTP/1.1", "pypi.org", 8080, None),
     ("GET http://u:p@pypi.org/ HTTP/1.1", "u:p@pypi.org", None, "user info in target"),

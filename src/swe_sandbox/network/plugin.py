@@ -38,7 +38,7 @@ from proxy.http.handler import HttpProtocolHandler
 from proxy.http.parser import HttpParser
 from proxy.http.proxy import HttpProxyBasePlugin
 
-from swe_sandbox.network.policy import MAX_LOGGED_HOST, Decision, NetworkPolicy, is_ip_literal, normalize_host
+from swe_sandbox.network.policy import MAX_LOGGED_HOST, Decision, NetworkPolicy, normalize_host
 
 #: Environment variable naming the policy JSON file (``NetworkPolicy.model_dump_json()``).
 POLICY_ENV = "SWE_SANDBOX_NET_POLICY"
@@ -165,10 +165,18 @@ def parse_request_line(line: str) -> Target:
     return _split_authority(method, target, None if method.upper() == "CONNECT" else 80)
 
 
+def _is_ipv6(text: str) -> bool:
+    """Whether ``text`` is an IPv6 address written bare (``::1``); ``host:80:81`` is a bad port."""
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
+
+
 def _split_authority(method: str, authority: str, default_port: int | None) -> Target:
     if "@" in authority:
         return Target(method, authority, None, "user info in target")
-    if authority.startswith("[") or authority.count(":") > 1:
+    if authority.startswith("[") or (authority.count(":") > 1 and _is_ipv6(authority)):
         return Target(method, authority, None, "raw IP address")
     host, sep, port_text = authority.partition(":")
     if not sep:
@@ -298,7 +306,7 @@ class AllowListPlugin(HttpProxyBasePlugin):
         if reason is None and target.port is not None and (
             normalize_host(target.host) != parsed or target.port != request.port
         ):
-            reason = "raw IP address" if is_ip_literal(parsed) else "target does not parse the same"
+            reason = "target does not parse the same"  # e.g. `http://a.test:80#@10.0.0.1/` read two ways
         if reason is None and self._state().host_headers() > 1:
             reason = "more than one Host header"
         if reason is None and host_header_mismatch(request, parsed):
