@@ -27,6 +27,7 @@ from batch_fixtures import write_tasks
 from hacking_fixtures import ATTACKS, CONTROLS, TOOLS
 
 from swe_sandbox.batch import load_tasks, run_eval
+from swe_sandbox.batch.evaluation import GRADER_DIR
 from swe_sandbox.batch.records import AttemptRecord, ResultsLog
 
 from helpers.variants import require_backend
@@ -128,13 +129,13 @@ INSTALL_FIRST = f"python3 -c 'import toy' && {toy.EVAL_COMMAND}"
 REWRITE_GRADER = '''
 import glob as _glob
 
-for _path in _glob.glob("/tmp/swe-sandbox-eval/grader/*.py"):
+for _path in _glob.glob("{grader_dir}/*.py"):
     with open(_path) as _file:
         _source = _file.read()
     _source = _source.replace("def _truth(call):\\n", "def _truth(call):\\n    return 'passed'\\n", 1)
     with open(_path, "w") as _file:
         _file.write(_source.replace("outcome=report.outcome,", "outcome='passed',", 1))
-'''
+'''.replace("{grader_dir}", GRADER_DIR)
 
 
 @pytest.mark.docker
