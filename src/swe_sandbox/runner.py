@@ -680,9 +680,9 @@ def kill_tree(roots=(), pgid=None, marker=None, adopted_since=None, spared=froze
     it first stops every other process of the namespace at once (``kill(-1, SIGSTOP)``, which a
     fork cannot outrun), finds and kills the tree while nothing else runs, then lets the rest go
     on (SIGCONT: a process stopped before is continued too). Never on a host (``local``'s sweep,
-    or swe-sandbox itself the PID 1 of a container it runs in). Elsewhere each round stops every process found before killing it, so a fork
-    bomb or a chain of ``setsid`` re-spawns cannot outrun it for long; rounds repeat at once while
-    victims are found.
+    or swe-sandbox itself the PID 1 of a container it runs in). Elsewhere each round stops every
+    process found before killing it, so a fork bomb or a chain of ``setsid`` re-spawns cannot
+    outrun it for long; rounds repeat at once while victims are found.
     """
     if pgid is not None:
         try:
